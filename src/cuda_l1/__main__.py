@@ -1,0 +1,3 @@
+from cuda_l1.cli import main
+
+main()

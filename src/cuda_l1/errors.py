@@ -1,0 +1,21 @@
+"""Errors a user can act on. The CLI prints them as one paragraph and exits with code 2."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input from the user (a file, a flag, a config): shown without a traceback, exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.path = path
+        self.line = line
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        super().__init__(where + message)
+
+
+class TaskError(UserError):
+    """A task source that is not a usable KernelBench-format task."""

@@ -1,0 +1,90 @@
+"""The verdict contract: what the evaluator says about one candidate, as data.
+
+`cuda-l1 eval REF CAND --json` prints `Verdict.to_dict()`; the store keeps it; rewards read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# Statuses, from best to worst. `parse_error` is never produced by the evaluator: the optimizer records
+# it when a completion holds no usable module, so it can live in the same tables.
+OK = "ok"
+INCORRECT = "incorrect"
+REJECTED = "rejected"
+COMPILE_ERROR = "compile_error"
+RUNTIME_ERROR = "runtime_error"
+TIMEOUT = "timeout"
+PARSE_ERROR = "parse_error"
+STATUSES = (OK, INCORRECT, REJECTED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT)
+ALL_STATUSES = STATUSES + (PARSE_ERROR,)
+
+
+@dataclass
+class Check:
+    """One named check and its outcome.
+
+    passed: True / False, or None when the check did not run (e.g. an earlier failure) or does not apply.
+    blocking: False for signals that are reported but do not decide the verdict (the static scan).
+    """
+
+    name: str
+    passed: bool | None
+    detail: str = ""
+    blocking: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Check":
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass
+class Verdict:
+    """The evaluator's verdict on one candidate for one task (see DESIGN.md, "Verdict contract")."""
+
+    status: str
+    speedup: float | None = None  # reference time / candidate time, rounded toward 1; None unless ok
+    reference_ms: float | None = None  # median time of one reference call
+    candidate_ms: float | None = None  # median time of one candidate call
+    ci: list[float] | None = None  # 95% confidence interval of the speedup [low, high]
+    checks: list[Check] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # plain words: why it is not ok
+    device: str = ""  # e.g. "NVIDIA H200" or "cpu"
+    versions: dict[str, str] = field(default_factory=dict)  # python, torch, cuda, driver, triton, cuda_l1
+    task_id: str = ""
+    task_name: str = ""
+    candidate_id: str = ""  # content hash of the candidate source
+    raw_speedup: float | None = None  # the measured ratio before conservative rounding
+    timing: dict[str, Any] = field(default_factory=dict)  # per-side statistics, protocol, GPU telemetry
+    sandbox: dict[str, Any] = field(default_factory=dict)  # which isolation layers were enforced
+    log: str = ""  # tail of what the candidate printed (a log, never a result)
+    elapsed_s: float = 0.0  # wall time of the whole evaluation
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is False and c.blocking]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Verdict":
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["checks"] = [Check.from_dict(c) for c in data.get("checks", [])]
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Verdict":
+        return cls.from_dict(json.loads(text))

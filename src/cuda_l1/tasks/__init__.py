@@ -1,0 +1,29 @@
+"""Tasks: KernelBench-format references and where they come from."""
+
+from cuda_l1.tasks.loaders import (
+    BUILTIN,
+    SolutionRecord,
+    find_task,
+    load_builtin,
+    load_directory,
+    load_solutions_jsonl,
+    load_task_file,
+    load_tasks,
+    parse_levels,
+)
+from cuda_l1.tasks.task import Task, make_task, source_id
+
+__all__ = [
+    "BUILTIN",
+    "SolutionRecord",
+    "Task",
+    "find_task",
+    "load_builtin",
+    "load_directory",
+    "load_solutions_jsonl",
+    "load_task_file",
+    "load_tasks",
+    "make_task",
+    "parse_levels",
+    "source_id",
+]
