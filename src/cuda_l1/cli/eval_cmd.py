@@ -1,0 +1,98 @@
+"""`cuda-l1 eval REFERENCE.py CANDIDATE.py`: one verdict for one candidate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from cuda_l1.cli.app import app, console, print_json
+from cuda_l1.errors import UserError
+from cuda_l1.tasks import load_task_file
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def eval_config(device: str | None, tolerance: str, quick: bool, no_timing: bool = False):
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.precision import ToleranceConfig
+
+    if tolerance not in ("oracle", "kernelbench"):
+        raise UserError(f"--tolerance is 'oracle' or 'kernelbench' (got {tolerance!r}).")
+    device = device or default_device()
+    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise UserError(f"--device is cpu, cuda or cuda:N (got {device!r}).")
+    timing = TimingConfig.quick() if quick else TimingConfig()
+    timing.enabled = not no_timing
+    return EvalConfig(device=device, tolerance=ToleranceConfig(mode=tolerance), timing=timing)
+
+
+def _read_candidate(path: Path) -> str:
+    if not path.is_file():
+        raise UserError("no such file.", path=str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError("not UTF-8 text; a candidate must be a Python source.", path=str(path)) from None
+
+
+def print_verdict(verdict) -> None:
+    colour = "green" if verdict.status == "ok" else "red"
+    line = f"[bold {colour}]{verdict.status}[/]"
+    if verdict.speedup is not None:
+        line += (f"  speedup {verdict.speedup:.2f}x (measured {verdict.raw_speedup:.3f}x, "
+                 f"95% CI {verdict.ci[0]:.3f}-{verdict.ci[1]:.3f})  reference {verdict.reference_ms:.4f} ms, "
+                 f"candidate {verdict.candidate_ms:.4f} ms")
+    console.print(line)
+    console.print(f"task {verdict.task_name}  on {verdict.device}  in {verdict.elapsed_s:.1f} s")
+    for reason in verdict.reasons:
+        console.print(f"[red]- {reason}[/]", highlight=False)
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("check")
+    table.add_column("outcome")
+    table.add_column("detail", overflow="fold")
+    for check in verdict.checks:
+        mark = {True: "[green]pass[/]", False: "[red]fail[/]" if check.blocking else "[yellow]signal[/]",
+                None: "-"}[check.passed]
+        table.add_row(check.name, mark, check.detail[:300])
+    console.print(table)
+    if verdict.sandbox:
+        console.print("sandbox: " + "; ".join(f"{k}: {v}" for k, v in verdict.sandbox.items() if k != "rlimits"))
+
+
+@app.command("eval")
+def eval_command(
+    reference: Path = typer.Argument(..., help="Reference task file (KernelBench format)."),
+    candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew."),
+    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdict as one JSON object."),
+    tolerance: str = typer.Option("oracle", "--tolerance", help="oracle (float64 reference) or kernelbench."),
+    quick: bool = typer.Option(False, "--quick", help="Shorter timing (for smoke checks; less precise)."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness and integrity only."),
+) -> None:
+    """Evaluate CANDIDATE against REFERENCE: isolation, correctness, integrity, timing. Exit 0 whenever a
+    verdict was produced, whatever it says."""
+    from cuda_l1.evaluate.evaluator import Evaluator
+
+    task = load_task_file(reference)
+    source = _read_candidate(candidate)
+    config = eval_config(device, tolerance, quick, no_timing)
+    with console.status("evaluating…") if not as_json else _null():
+        verdict = Evaluator(task, config).evaluate(source)
+    if as_json:
+        print_json(verdict.to_dict())
+    else:
+        print_verdict(verdict)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,443 @@
+"""Evaluate candidates for a task: load in a sandbox, check on secret inputs, time in alternation.
+
+    verdict = evaluate(task, candidate_source, EvalConfig(device="cuda"))
+    verdicts = evaluate_many(task, [src1, src2, ...], config)   # reference prepared once
+
+The parent process (this one) owns the reference, its outputs, all statistics and the verdict. The
+candidate runs only in a child (sandbox.py / child.py).
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import statistics
+import time
+from typing import Callable, Iterable
+
+import torch
+
+from cuda_l1.evaluate import static_scan
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.device import Telemetry, device_name, gpu_healthy, normalize_device, versions
+from cuda_l1.evaluate.inputs import tensor_digest
+from cuda_l1.evaluate.judge import judge_check, judge_spots
+from cuda_l1.evaluate.precision import spot_bound
+from cuda_l1.evaluate.reference import PreparedReference
+from cuda_l1.evaluate.sandbox import ChildFailure, ChildProcess
+from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
+from cuda_l1.evaluate.verdict import (COMPILE_ERROR, INCORRECT, OK, REJECTED, RUNTIME_ERROR, TIMEOUT, Check,
+                                      Verdict)
+from cuda_l1.tasks import Task, source_id
+
+# Order in which a failing check decides the status when several fail at once.
+_SEVERITY = {REJECTED: 0, INCORRECT: 1}
+
+
+def _leaf_bytes(leaves: list) -> list[int]:
+    return [leaf.numel() * leaf.element_size() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _max_reply_bytes(leaves: list) -> int:
+    return 4 * sum(_leaf_bytes(leaves)) + (64 << 20)
+
+
+class CandidateRun:
+    """One candidate through one child: load, correctness, timing. Fills a Verdict."""
+
+    def __init__(self, ref: PreparedReference, source: str, config: EvalConfig, build: Callable | None):
+        self.ref = ref
+        self.source = source
+        self.config = config
+        self.build = build
+        self.checks: dict[str, Check] = {}
+        self.reasons: list[str] = []
+        self.status: str | None = None
+        self.timing: dict = {}
+        self.sandbox_report: dict = {}
+        self.rng = random.Random(secrets.randbits(64))
+
+    def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
+        previous = self.checks.get(name)
+        if previous is not None and previous.passed is False:
+            return  # the first failure of a check is the informative one
+        self.checks[name] = Check(name, passed, detail, blocking)
+
+    def _fail(self, name: str, status: str, reason: str) -> None:
+        self._check(name, False, reason)
+        self.reasons.append(reason)
+        if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
+            self.status = status
+
+    # -- phases ----------------------------------------------------------------------------------
+    def load(self, child: ChildProcess) -> bool:
+        cfg = self.config
+        child.send({
+            "op": "setup",
+            "device": cfg.device,
+            "reference_source": self.ref.task.source,
+            "candidate_source": self.source,
+            "init_seed": self.ref.init_seed,
+            "threads": cfg.threads or torch.get_num_threads(),
+            "flush_bytes": self.ref.flusher.buffer.numel() * 4 if self.ref.flusher and self.ref.flusher.buffer is not None else 0,
+            "landlock": cfg.sandbox.landlock,
+            "read_paths": [cfg.build_cache_dir] if cfg.build_cache_dir else [],
+            "limits": {
+                "cpu_s": cfg.sandbox.cpu_seconds,
+                "file_bytes": cfg.sandbox.file_bytes,
+                "open_files": cfg.sandbox.open_files,
+                "address_space_bytes": cfg.sandbox.memory_bytes if cfg.device == "cpu" else None,
+                "processes": cfg.sandbox.max_processes,
+            },
+        })
+        deadline = time.monotonic() + cfg.load_timeout_s
+        while True:
+            msg = child.recv(max(deadline - time.monotonic(), 0.01), max_bytes=16 << 20)
+            op = msg.header.get("op")
+            if op == "build":
+                reply = self.build(msg.header.get("spec")) if self.build else {"ok": False, "log": "no builder"}
+                child.send(reply)
+                if not reply.get("ok"):
+                    self._check("compiles", False, "extension build failed")
+                continue
+            if op != "loaded":
+                raise ChildFailure(RUNTIME_ERROR, f"unexpected message {op!r} while loading")
+            break
+        h = msg.header
+        self.sandbox_report = h.get("sandbox", {}) if isinstance(h.get("sandbox"), dict) else {}
+        child.notes = {k: str(v) for k, v in self.sandbox_report.items()}
+        if not h.get("ok"):
+            kind = h.get("kind")
+            message = str(h.get("message", ""))[-4000:]
+            if kind == "compile_error":
+                self._fail("compiles", COMPILE_ERROR, "the candidate does not load: " + message)
+                self.status = COMPILE_ERROR
+            elif kind == "harness_error":
+                raise RuntimeError("the evaluation harness could not start in the child:\n" + message)
+            else:
+                self._check("compiles", True, "module imported")
+                self._fail("constructs", RUNTIME_ERROR, message)
+                self.status = RUNTIME_ERROR
+            return False
+        self._check("compiles", True, "module imported, ModelNew found")
+        self._check("constructs", True, "ModelNew(*get_init_inputs()) built")
+        if h.get("state_changes"):
+            self._fail("global_state", REJECTED,
+                       "importing the candidate patched guarded functions or precision settings: "
+                       + ", ".join(map(str, h["state_changes"])))
+            return False
+        return True
+
+    def _lingering(self, child: ChildProcess, python_threads, baseline_threads: int) -> None:
+        tree = child.tree()
+        extra = tree["threads"] - baseline_threads
+        if python_threads:
+            self._fail("no_lingering_work", REJECTED,
+                       f"threads started by the candidate are still running after a call: {python_threads[:4]}")
+        elif extra > 0:
+            self._fail("no_lingering_work", REJECTED,
+                       f"{extra} native thread(s) started by the candidate are still running after a call")
+        if tree["processes"]:
+            self._fail("no_lingering_work", REJECTED,
+                       f"processes started by the candidate are still running: {tree['processes'][:4]}")
+
+    def correctness(self, child: ChildProcess) -> bool:
+        cfg = self.config
+        baseline = child.tree()["threads"]
+        self.comparisons = []
+        for trial in range(cfg.correctness_trials):
+            seed = secrets.randbits(62)
+            same = trial % 2 == 1  # odd trials reuse the previous buffers with new values
+            args = self.ref.inputs(seed)
+            structure, ref_leaves = self.ref.outputs(args)
+            oracle = self.ref.oracle(args) if cfg.tolerance.mode == "oracle" else None
+            digest = tensor_digest(args)
+            timeout = cfg.first_call_timeout_s if trial == 0 else cfg.call_timeout_s
+            reply = child.request({"op": "check", "seed": seed, "same_buffers": same,
+                                   "poison_bytes": _leaf_bytes(ref_leaves)}, timeout, _max_reply_bytes(ref_leaves))
+            if not reply.header.get("ok"):
+                self._fail("forward_runs", RUNTIME_ERROR, "forward raised:\n" + str(reply.header.get("message", ""))[-4000:])
+                self.status = RUNTIME_ERROR
+                return False
+            judgement = judge_check(reply, structure, ref_leaves, oracle, digest, cfg.tolerance)
+            for finding in judgement.findings:
+                self._fail(finding.check, finding.status, f"input set {trial + 1}: {finding.reason}")
+            self.comparisons += judgement.comparisons
+            if reply.header.get("state_changes"):
+                self._fail("global_state", REJECTED, "the candidate patched guarded functions or precision settings: "
+                           + ", ".join(map(str, reply.header["state_changes"])))
+            self._lingering(child, reply.header.get("python_threads"), baseline)
+            if self.status is not None:
+                return False
+        self._check("forward_runs", True, f"{cfg.correctness_trials} calls")
+        for name in ("output_structure", "output_type", "dtype", "shape", "device", "strides", "no_input_aliasing",
+                     "output_ownership", "input_provenance", "inputs_unchanged", "global_state", "no_lingering_work"):
+            self._check(name, True)
+        worst = max(self.comparisons, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
+                    default=None)
+        oracle_note = "" if self.ref.oracle_device else " (no float64 oracle: kernelbench tolerance)"
+        self._check("correctness", True, f"{cfg.correctness_trials} input sets; worst: {worst.detail if worst else 'n/a'}{oracle_note}")
+        self.baseline_threads = baseline
+        return True
+
+    def measure(self, child: ChildProcess) -> None:
+        cfg, tc = self.config, self.config.timing
+        telemetry = Telemetry(cfg.device)
+        bound = spot_bound(self.comparisons)
+        before = telemetry.read()
+        pings = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            child.request({"op": "ping"}, cfg.call_timeout_s)
+            pings.append((time.perf_counter() - t0) * 1e3)
+        ipc_ms = statistics.median(pings)
+
+        ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds = [], [], [], [], [], [], set()
+        prev_ref_leaves, prev_positions, prev_fetch = None, None, False
+        started, warm_calls, round_no = time.monotonic(), 0, 0
+        warm = False
+        while True:
+            seed = secrets.randbits(62)
+            same = self.rng.random() < tc.same_buffer_fraction
+            t0 = time.perf_counter()
+            ref_leaves, ref_time = self.ref.time_once(seed, same)
+            rt_ref = (time.perf_counter() - t0) * 1e3
+            request = {"op": "time", "seed": seed, "same_buffers": same, "spots": prev_positions,
+                       "fetch_previous": prev_fetch}
+            t0 = time.perf_counter()
+            reply = child.request(request, cfg.call_timeout_s, _max_reply_bytes(ref_leaves))
+            rt_cand = (time.perf_counter() - t0) * 1e3
+            self._judge_timed(reply, prev_ref_leaves, prev_positions, bound)
+            if self.status is not None:
+                return
+            if warm:
+                ref_ev.append(ref_time.event_ms)
+                ref_wall.append(ref_time.wall_ms)
+                ref_rt.append(rt_ref)
+                cand_ev.append(reply.header.get("event_ms"))
+                cand_wall.append(float(reply.header.get("wall_ms", 0.0)))
+                cand_rt.append(rt_cand)
+                if prev_fetch:
+                    fetched_rounds.add(len(cand_rt) - 1)
+                round_no += 1
+            else:
+                warm_calls += 1
+                if warm_calls >= tc.min_warmup_calls and time.monotonic() - started >= tc.warmup_s:
+                    warm, started = True, time.monotonic()
+            # Positions and the full-fetch decision for this round are drawn now, after the call returned.
+            prev_ref_leaves = ref_leaves
+            prev_positions = [[self.rng.randrange(1 << 40) for _ in range(tc.spot_checks)]
+                              if isinstance(leaf, torch.Tensor) and leaf.numel() else [] for leaf in ref_leaves]
+            # Full fetches are costly for large outputs: about `full_checks` of them over a typical run.
+            prev_fetch = warm and self.rng.random() < tc.full_checks / max(2 * tc.min_rounds, 60)
+            if warm and round_no >= tc.min_rounds:
+                primary_ref = ref_ev if ref_ev[0] is not None else ref_wall
+                primary_cand = cand_ev if cand_ev[0] is not None else cand_wall
+                done = (summarize(primary_ref).rse <= tc.target_rse and summarize(primary_cand).rse <= tc.target_rse)
+                if done or round_no >= tc.max_rounds or time.monotonic() - started >= tc.max_time_s:
+                    break
+        final = child.request({"op": "time", "final": True, "spots": prev_positions, "fetch_previous": True},
+                              cfg.call_timeout_s, _max_reply_bytes(prev_ref_leaves))
+        self._judge_timed(final, prev_ref_leaves, prev_positions, bound, full=True)
+        if final.header.get("state_changes"):
+            self._fail("global_state", REJECTED, "the candidate patched guarded functions during timing: "
+                       + ", ".join(map(str, final.header["state_changes"])))
+        self._lingering(child, final.header.get("python_threads"), self.baseline_threads)
+        if self.status is not None:
+            return
+        self._check("timed_outputs", True, f"{round_no} timed calls spot-checked at {tc.spot_checks} positions, "
+                    f"{len(fetched_rounds) + 1} checked in full")
+        after = telemetry.read()
+        self._finish_timing(ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds, ipc_ms,
+                            {"before": before, "after": after})
+
+    def _judge_timed(self, reply, prev_ref_leaves, positions, bound, full: bool = False) -> None:
+        h = reply.header
+        if not h.get("ok"):
+            self._fail("forward_runs", RUNTIME_ERROR, "a timed call raised:\n" + str(h.get("message", ""))[-4000:])
+            self.status = RUNTIME_ERROR
+            return
+        if h.get("python_threads"):
+            self._fail("no_lingering_work", REJECTED, f"threads still running after a timed call: {h['python_threads'][:4]}")
+        previous = h.get("previous") or {}
+        if prev_ref_leaves is None:
+            return
+        problem = judge_spots(previous.get("spots") or [], prev_ref_leaves, positions or [], bound)
+        if problem:
+            self._fail("timed_outputs", INCORRECT, problem)
+            return
+        if "metas" in previous:
+            from cuda_l1.evaluate.channel import ChannelError, decode_tensor
+            from cuda_l1.evaluate.precision import compare
+
+            metas = previous["metas"]
+            leaves = [leaf for leaf in prev_ref_leaves]
+            if len(metas) != len(leaves) or len(reply.blobs) != len(leaves):
+                self._fail("timed_outputs", REJECTED, "a timed call's outputs were reported inconsistently")
+                return
+            for index, (meta, blob, ref) in enumerate(zip(metas, reply.blobs, leaves)):
+                if not isinstance(ref, torch.Tensor):
+                    continue
+                try:
+                    cand = decode_tensor(meta, blob) if meta else None
+                except ChannelError:
+                    cand = None
+                if cand is None or list(cand.shape) != list(ref.shape):
+                    self._fail("timed_outputs", INCORRECT, f"output {index} of a timed call has the wrong shape or type")
+                    return
+                diff = (cand.double() - ref.detach().cpu().double()).abs()
+                both_nan = torch.isnan(cand.double()) & torch.isnan(ref.detach().cpu().double())
+                diff[both_nan] = 0
+                if torch.isnan(diff).any() or (diff > bound).any():
+                    worst = float(torch.nan_to_num(diff, nan=float("inf")).max())
+                    self._fail("timed_outputs", INCORRECT,
+                               f"output {index} of a timed call differs from the reference by {worst:.3g} (allowed {bound:.3g})")
+                    return
+
+    def _finish_timing(self, ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched, ipc_ms, telemetry):
+        tc = self.config.timing
+        use_events = ref_ev and ref_ev[0] is not None and all(x is not None for x in cand_ev)
+        hidden_work = False
+        if use_events:
+            ref_gap = statistics.median(w - e for w, e in zip(ref_wall, ref_ev))
+            cand_gap = statistics.median(w - e for w, e in zip(cand_wall, cand_ev))
+            threshold = max(tc.hidden_work_ms, 0.05 * statistics.median(cand_ev))
+            hidden_work = cand_gap - ref_gap > threshold
+            self._check("no_side_work", not hidden_work,
+                        (f"device-wide sync waited {cand_gap - ref_gap:.3f} ms longer than the reference: work was left "
+                         "on other streams, so both sides are timed in full (wall clock to device idle)")
+                        if hidden_work else "all work finished on the harness stream", blocking=False)
+        ref_ms = ref_ev if use_events and not hidden_work else ref_wall
+        cand_ms = cand_ev if use_events and not hidden_work else cand_wall
+        # The parent's own clock bounds what the child reports: extra round-trip time that the
+        # reference side does not show means the reported times are too small.
+        rounds = [i for i in range(len(cand_rt)) if i not in fetched]
+        excess = None
+        if rounds:
+            # A low quantile on the candidate side: tampering shifts every round, while scheduling
+            # delays on a busy host only inflate some.
+            cand_over = statistics.quantiles([cand_rt[i] - cand_wall[i] for i in rounds], n=5)[0] \
+                if len(rounds) >= 5 else min(cand_rt[i] - cand_wall[i] for i in rounds)
+            ref_over = statistics.median(ref_rt[i] - ref_wall[i] for i in rounds)
+            excess = cand_over - ref_over - ipc_ms
+            slack = tc.consistency_slack_ms + 0.5 * statistics.median(cand_wall)
+            if excess > slack:
+                self._fail("timing_consistency", REJECTED,
+                           f"the parent's clock saw {excess:.2f} ms per call more than the candidate reported "
+                           f"(allowed {slack:.2f} ms): the timing was tampered with")
+                return
+        self._check("timing_consistency", True,
+                    f"parent round-trip agrees with reported times (excess {excess:.3f} ms)" if excess is not None else "")
+        point, lo, hi = speedup_ci(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
+        ref_s, cand_s = summarize(ref_ms), summarize(cand_ms)
+        throttled = any(t.get("throttled") for t in telemetry.values() if t)
+        self.timing = {
+            "protocol": "alternating rounds, fresh inputs, cache flushed, "
+                        + ("CUDA events" if use_events and not hidden_work else "wall clock to device idle"),
+            "reference": ref_s.to_dict(),
+            "candidate": cand_s.to_dict(),
+            "rounds": len(cand_ms),
+            "ipc_ms": ipc_ms,
+            "hidden_work": hidden_work,
+            "telemetry": telemetry,
+            "throttled": throttled,
+            "ci_level": 0.95,
+        }
+        self.raw = (point, lo, hi, ref_s.median_ms, cand_s.median_ms)
+
+
+def _run_child(ref: PreparedReference, source: str, config: EvalConfig, build) -> tuple[CandidateRun, str]:
+    run = CandidateRun(ref, source, config, build)
+    child = ChildProcess.start(config.sandbox)
+    try:
+        if run.load(child) and run.correctness(child) and config.timing.enabled:
+            run.measure(child)
+    except ChildFailure as failure:
+        run._fail("runs_to_completion", failure.kind, str(failure))
+        run.status = failure.kind
+    finally:
+        log = child.close(graceful=run.status is None)
+    return run, log
+
+
+def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, build) -> Verdict:
+    started = time.monotonic()
+    device = config.device
+    verdict = Verdict(status=RUNTIME_ERROR, device=device_name(device), versions=versions(device),
+                      task_id=ref.task.id, task_name=ref.task.key, candidate_id=source_id(source))
+    findings = static_scan.scan(source)
+    run, log = _run_child(ref, source, config, build)
+    checks = list(run.checks.values())
+    checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
+    verdict.checks, verdict.reasons, verdict.log, verdict.sandbox = checks, run.reasons, log, run.sandbox_report
+    if run.status is not None:
+        verdict.status = run.status
+        if device.startswith("cuda") and run.status in (RUNTIME_ERROR, TIMEOUT):
+            healthy, note = gpu_healthy(device)
+            verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
+    elif not config.timing.enabled:
+        verdict.status = OK
+    else:
+        point, lo, hi, ref_ms, cand_ms = run.raw
+        verdict.status = OK
+        verdict.raw_speedup, verdict.ci = point, [lo, hi]
+        verdict.reference_ms, verdict.candidate_ms = ref_ms, cand_ms
+        verdict.speedup = conservative_speedup(point, lo, hi)
+        verdict.timing = run.timing
+        tc = config.timing
+        suspicious = verdict.speedup > tc.remeasure_above or (
+            config.best_known_speedup and verdict.speedup > tc.remeasure_vs_best * config.best_known_speedup)
+        if config.remeasure and suspicious:
+            again, _ = _run_child(ref, source, config, build)
+            if again.status is not None:
+                verdict.status = again.status
+                verdict.reasons = ["re-measurement in a fresh process failed: " + "; ".join(again.reasons)]
+                verdict.speedup = None
+            else:
+                p2, lo2, hi2, r2, c2 = again.raw
+                second = conservative_speedup(p2, lo2, hi2)
+                verdict.timing["remeasured"] = {"speedup": second, "raw_speedup": p2, "ci": [lo2, hi2]}
+                if second < verdict.speedup:
+                    verdict.speedup, verdict.raw_speedup, verdict.ci = second, p2, [lo2, hi2]
+                    verdict.reference_ms, verdict.candidate_ms = r2, c2
+    verdict.elapsed_s = time.monotonic() - started
+    return verdict
+
+
+class Evaluator:
+    """Evaluates any number of candidates for one task, preparing the reference once."""
+
+    def __init__(self, task: Task, config: EvalConfig | None = None, build: Callable | None = None):
+        self.config = config or EvalConfig()
+        self.config.device = normalize_device(self.config.device)
+        if self.config.device.startswith("cuda") and not torch.cuda.is_available():
+            from cuda_l1.errors import UserError
+
+            raise UserError("--device cuda was asked for, but no CUDA device is visible; use --device cpu.")
+        if self.config.threads is None and self.config.device == "cpu":
+            # Multi-threaded CPU timing in two alternating processes measures OpenMP barrier waits and
+            # spinning workers more than the code; one thread each gives comparable numbers.
+            self.config.threads = 1
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        self.task = task
+        self.reference = PreparedReference(task, self.config.device, flush_cache=self.config.timing.flush_cache)
+        if build is None:
+            from cuda_l1.evaluate.builder import default_builder
+
+            build = default_builder(self.config)
+        self.build = build
+
+    def evaluate(self, source: str) -> Verdict:
+        return _evaluate_prepared(self.reference, source, self.config, self.build)
+
+    def evaluate_many(self, sources: Iterable[str]) -> list[Verdict]:
+        return [self.evaluate(s) for s in sources]
+
+
+def evaluate(task: Task, source: str, config: EvalConfig | None = None) -> Verdict:
+    return Evaluator(task, config).evaluate(source)
+
+
+def evaluate_many(task: Task, sources: Iterable[str], config: EvalConfig | None = None) -> list[Verdict]:
+    return Evaluator(task, config).evaluate_many(sources)

@@ -1,0 +1,76 @@
+"""Inputs and models built the same way on both sides of the trust boundary.
+
+The parent (reference) and the child (candidate) each build the inputs for a round from the same
+secret seed, on the same device, with the reference module's `get_inputs`; identical RNG streams give
+identical tensors, so no input ever needs to cross the channel, and the parent still holds its own copy
+to check the candidate against. This module is imported by the child: keep it to torch and stdlib.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+
+def make_inputs(module, seed: int, device: str) -> list:
+    """Call the reference's get_inputs() under a seed, creating tensors on `device`."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        values = list(module.get_inputs())
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def refill_inputs(old: list, new: list) -> list:
+    """Copy fresh values into the previous call's buffers, so a cache keyed on pointers goes stale."""
+    out = []
+    for o, n in zip(old, new):
+        if isinstance(o, torch.Tensor) and isinstance(n, torch.Tensor) and o.shape == n.shape and o.dtype == n.dtype:
+            o.copy_(n)
+            out.append(o)
+        else:
+            out.append(n)
+    return out
+
+
+def make_init_inputs(module, seed: int) -> list:
+    torch.manual_seed(seed)
+    return list(module.get_init_inputs())
+
+
+def build_model(cls, init_inputs: list, seed: int, device: str):
+    """KernelBench's convention: the same seed right before both constructors, so a candidate that
+    creates its parameters in the same order as the reference gets the same initial values."""
+    torch.manual_seed(seed)
+    model = cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+def tensor_digest(values: list) -> str:
+    """SHA-256 over every tensor's bytes (and every scalar's repr): 'inputs are bitwise unchanged'."""
+    h = hashlib.sha256()
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            t = v.detach().to("cpu").contiguous()
+            h.update(str((t.dtype, tuple(t.shape))).encode())
+            if t.numel():
+                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()
+
+
+def flatten_outputs(out) -> tuple[object, list]:
+    """Describe a forward's return structure and list its leaves (tensors or scalars)."""
+    if isinstance(out, (tuple, list)):
+        kinds, leaves = [], []
+        for item in out:
+            kind, sub = flatten_outputs(item)
+            kinds.append(kind)
+            leaves += sub
+        return {"seq": type(out).__name__, "items": kinds}, leaves
+    if isinstance(out, torch.Tensor):
+        return "tensor", [out]
+    return type(out).__name__, [out]

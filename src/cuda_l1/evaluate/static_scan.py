@@ -1,0 +1,80 @@
+"""A static scan of candidate source: an extra signal in `checks`, never the verdict.
+
+Runtime checks decide (a pattern in text proves nothing: streams can be legitimate, and a determined
+candidate can hide anything from a regex). The scan exists so a human reading a verdict, or a reward
+model, sees at a glance which suspicious mechanisms a kernel reaches for.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+_PATTERNS: dict[str, list[str]] = {
+    "side streams": [r"torch\.cuda\.Stream\b", r"cudaStreamCreate", r"\.Stream\(", r"getStreamFromPool",
+                     r"cudaStreamNonBlocking"],
+    "threads or processes": [r"\bthreading\b", r"\bThread\(", r"concurrent\.futures", r"\bmultiprocessing\b",
+                             r"os\.fork\b", r"\bsubprocess\b", r"std::thread", r"pthread_create", r"os\.system"],
+    "low-level memory access": [r"\bctypes\b", r"\bcffi\b", r"\bmmap\b", r"cudaIpc"],
+    "harness inspection": [r"sys\._getframe", r"\bgc\.get_objects", r"\binspect\.(stack|currentframe)",
+                           r"sys\.modules", r"__builtins__", r"cuda_l1", r"/proc/self"],
+    "environment or files": [r"os\.environ", r"\bgetenv\b", r"\bopen\(\s*['\"]/", r"\bsocket\b", r"\burllib\b",
+                             r"\brequests\b", r"\bhttp\.client\b"],
+    "precision downgrade": [r"\.half\(\)", r"float16", r"bfloat16", r"allow_tf32", r"autocast",
+                            r"set_float32_matmul_precision", r"__half\b", r"__nv_bfloat16", r"\btf32\b"],
+    "output caching": [r"data_ptr\(\)", r"lru_cache", r"functools\.cache\b", r"_cache\s*=\s*\{\}",
+                       r"cached_output", r"memo"],
+}
+
+_GUARDED_MODULES = {"torch", "time", "builtins", "os", "threading", "F", "nn", "random", "numpy", "np"}
+
+
+def _patching(tree: ast.AST) -> list[str]:
+    """Assignments to attributes of torch/time/builtins (monkeypatching), and setattr on them."""
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            root = target
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(target, ast.Attribute) and isinstance(root, ast.Name) and root.id in _GUARDED_MODULES:
+                found.append(f"line {node.lineno}: assigns {ast.unparse(target)}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            if node.args and isinstance(node.args[0], (ast.Name, ast.Attribute)):
+                root = node.args[0]
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in _GUARDED_MODULES:
+                    found.append(f"line {node.lineno}: {node.func.id} on {ast.unparse(node.args[0])}")
+    return found
+
+
+def scan(source: str) -> dict[str, list[str]]:
+    """Suspicious mechanisms found in the source, by category (empty categories omitted)."""
+    findings: dict[str, list[str]] = {}
+    lines = source.splitlines()
+    for category, patterns in _PATTERNS.items():
+        hits = []
+        for pattern in patterns:
+            rx = re.compile(pattern)
+            for number, line in enumerate(lines, start=1):
+                if rx.search(line):
+                    hits.append(f"line {number}: {line.strip()[:120]}")
+        if hits:
+            findings[category] = sorted(set(hits), key=lambda h: int(h.split(":")[0].split()[1]))[:8]
+    try:
+        patches = _patching(ast.parse(source))
+    except SyntaxError:
+        patches = []
+    if patches:
+        findings["monkeypatching"] = patches[:8]
+    return findings
+
+
+def summary(findings: dict[str, list[str]]) -> str:
+    if not findings:
+        return "nothing suspicious found"
+    return "; ".join(f"{cat}: {len(hits)} ({hits[0]})" for cat, hits in findings.items())

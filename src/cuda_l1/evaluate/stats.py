@@ -1,0 +1,71 @@
+"""Timing statistics: per-side summaries, the speedup's confidence interval, conservative scoring."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class Summary:
+    n: int
+    median_ms: float
+    mean_ms: float
+    stdev_ms: float
+    stderr_ms: float
+    min_ms: float
+    max_ms: float
+
+    @property
+    def rse(self) -> float:
+        """Relative standard error of the mean."""
+        return self.stderr_ms / self.mean_ms if self.mean_ms > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "rse": self.rse}
+
+
+def summarize(samples: list[float]) -> Summary:
+    n = len(samples)
+    if n == 0:
+        return Summary(0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
+    mean = statistics.fmean(samples)
+    stdev = statistics.stdev(samples) if n > 1 else 0.0
+    return Summary(n, statistics.median(samples), mean, stdev, stdev / math.sqrt(n), min(samples), max(samples))
+
+
+def speedup_ci(ref: list[float], cand: list[float], *, level: float = 0.95, resamples: int = 2000,
+               seed: int = 0) -> tuple[float, float, float]:
+    """Speedup = median(ref) / median(cand), with a percentile-bootstrap interval over paired rounds
+    (reference and candidate were timed in alternation, so round i of each belongs together)."""
+    n = min(len(ref), len(cand))
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    ref, cand = ref[:n], cand[:n]
+    point = statistics.median(ref) / statistics.median(cand)
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        ratios.append(statistics.median([ref[i] for i in idx]) / statistics.median([cand[i] for i in idx]))
+    ratios.sort()
+    lo = ratios[int((1 - level) / 2 * resamples)]
+    hi = ratios[min(int((1 + level) / 2 * resamples), resamples - 1)]
+    return point, lo, hi
+
+
+def conservative_speedup(point: float, lo: float, hi: float, digits: int = 2) -> float:
+    """Score toward 1: the end of the confidence interval nearest 1 (1.0 when the interval holds 1),
+    then rounded toward 1. A speedup that the measurement cannot tell from noise scores 1.0."""
+    if not all(map(math.isfinite, (point, lo, hi))):
+        return 1.0
+    if lo > 1.0:
+        value, rounding = min(point, lo), math.floor
+    elif hi < 1.0:
+        value, rounding = max(point, hi), math.ceil
+    else:
+        return 1.0
+    scale = 10**digits
+    return rounding(value * scale) / scale

@@ -1,0 +1,14 @@
+# reference: relu_add
+# expect: rejected
+# check: no_input_aliasing
+# Writes the result into its input and returns the input.
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        return torch.relu_(x).add_(y)

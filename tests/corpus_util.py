@@ -1,0 +1,53 @@
+"""Reading the adversarial corpus: candidate files whose header says what the evaluator must decide.
+
+Header lines (comments at the top of a candidate):
+    # reference: <name of a file in corpus/refs without .py>
+    # expect: <status>
+    # check: <name of the check that must fail>          (optional)
+    # speedup_at_least: <x> / speedup_at_most: <x>        (optional, for ok verdicts)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuda_l1.tasks import Task, load_task_file
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@dataclass
+class Case:
+    path: Path
+    reference: str
+    expect: str
+    check: str | None = None
+    bounds: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def source(self, **substitutions: str) -> str:
+        text = self.path.read_text()
+        for key, value in substitutions.items():
+            text = text.replace(f"__{key}__", value)
+        return text
+
+    def task(self) -> Task:
+        return load_task_file(CORPUS / "refs" / f"{self.reference}.py")
+
+
+def cases(kind: str) -> list[Case]:
+    out = []
+    for path in sorted((CORPUS / kind).glob("*.py")):
+        header = {}
+        for line in path.read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            key, _, value = line[1:].strip().partition(":")
+            header[key.strip()] = value.strip()
+        bounds = {k: float(header[k]) for k in ("speedup_at_least", "speedup_at_most") if k in header}
+        out.append(Case(path, header["reference"], header["expect"], header.get("check"), bounds))
+    return out

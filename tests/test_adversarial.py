@@ -1,0 +1,107 @@
+"""The adversarial corpus on CPU: every cheat is refused (or measured at its true speed), every
+legitimate optimisation is accepted with its real speedup. CUDA-only cases: test_adversarial_gpu.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from corpus_util import cases
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.confine import landlock_abi
+from cuda_l1.evaluate.evaluator import Evaluator
+from cuda_l1.evaluate.sandbox import SandboxConfig
+
+CPU_CASES = {case.name: case for case in cases("cpu")}
+_evaluators: dict[str, Evaluator] = {}
+
+
+def cpu_config(**overrides) -> EvalConfig:
+    timing = TimingConfig.quick()
+    timing.max_time_s = 2.0
+    config = EvalConfig(device="cpu", timing=timing, call_timeout_s=15.0, first_call_timeout_s=30.0,
+                        sandbox=SandboxConfig(memory_bytes=3 * 2**30, max_processes=24))
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def evaluator_for(reference: str, task) -> Evaluator:
+    if reference not in _evaluators:
+        _evaluators[reference] = Evaluator(task, cpu_config())
+    return _evaluators[reference]
+
+
+@pytest.fixture
+def listener():
+    """A TCP listener on loopback that records whether anyone connected."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.2)
+    seen = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                seen.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], seen
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def _substitutions(case, tmp_path, listener_port=None) -> dict[str, str]:
+    subs = {}
+    if case.name == "read_credentials":
+        secret = tmp_path / "credentials"
+        secret.write_text("aws_secret_access_key = sk-test-0123456789\n")
+        subs["SECRET_FILE"] = str(secret)
+    if case.name == "write_outside":
+        subs["TARGET_FILE"] = str(tmp_path / "escaped.txt")
+    if case.name == "network_access":
+        subs["PORT"] = str(listener_port)
+    return subs
+
+
+@pytest.mark.parametrize("name", sorted(CPU_CASES))
+def test_cpu_corpus(name, tmp_path, monkeypatch, listener):
+    case = CPU_CASES[name]
+    # Credentials the evaluator's own process holds; none may reach the candidate.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sk-test-aws-secret")
+    monkeypatch.setenv("HF_TOKEN", "sk-test-hf-secret")
+    port, connections = listener
+    if case.name in ("write_outside", "read_credentials") and landlock_abi() < 1:
+        pytest.skip("Landlock is not available: file confinement is not enforced on this kernel")
+    evaluator = evaluator_for(case.reference, case.task())
+    verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path, port)))
+    summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
+    assert verdict.status == case.expect, summary
+    if case.check:
+        check = verdict.check(case.check)
+        assert check is not None and check.passed is False, summary
+    if verdict.status == "ok":
+        assert verdict.speedup is not None and verdict.ci[0] <= verdict.raw_speedup <= verdict.ci[1]
+        if "speedup_at_least" in case.bounds:
+            assert verdict.raw_speedup >= case.bounds["speedup_at_least"], summary
+        if "speedup_at_most" in case.bounds:
+            assert verdict.raw_speedup <= case.bounds["speedup_at_most"], summary
+    else:
+        assert verdict.speedup is None and verdict.reasons, summary
+    # No verdict field may carry a credential, whatever the candidate printed.
+    assert "sk-test-" not in verdict.to_json()
+    if case.name == "write_outside":
+        assert not (tmp_path / "escaped.txt").exists()
+    if case.name == "network_access":
+        assert not connections, "the candidate reached a TCP listener on the host"
