@@ -1,0 +1,440 @@
+"""The history store: every task, candidate, verdict, prompt and completion, in one SQLite file.
+
+One process writes (the one that owns the Store); its threads share one connection behind a lock.
+Every write is one transaction that is committed before the method returns, so what a method
+reports as recorded survives kill -9, and idempotent keys (content hashes, the verdict uniqueness
+constraint) make a rerun resume instead of double-counting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from cuda_l1.errors import UserError
+from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, PARSE_ERROR, Verdict
+from cuda_l1.store import export
+from cuda_l1.store.normalize import candidate_id as code_id
+from cuda_l1.store.normalize import norm_hash, stable_key
+from cuda_l1.store.records import (
+    CandidateRecord,
+    FailureRecord,
+    Origin,
+    RunRecord,
+    failure_message,
+    row_json,
+)
+from cuda_l1.store.schema import connect
+from cuda_l1.tasks.task import Task
+
+_CANDIDATE_COLUMNS = "c.id, c.task_id, c.code, c.origin, c.norm_hash, c.created_at"
+
+
+def _candidate(row: sqlite3.Row, **extra) -> CandidateRecord:
+    return CandidateRecord(
+        candidate_id=row["id"],
+        task_id=row["task_id"],
+        code=row["code"],
+        origin=row_json(row["origin"], {}),
+        norm_hash=row["norm_hash"],
+        created_at=row["created_at"],
+        **extra,
+    )
+
+
+class Store:
+    """History DB. `Store(path)` opens (creating and migrating) it; use as a context manager or close()."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = connect(self.path, readonly=readonly)
+
+    @classmethod
+    def open(cls, path: str | Path, readonly: bool = False) -> "Store":
+        return cls(path, readonly=readonly)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ValueError(f"the history store {self.path} is closed")
+        return self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed (durably) before the caller's method returns."""
+        if self.readonly:
+            raise UserError("the history DB was opened read-only; this operation writes.", path=str(self.path))
+        with self._lock:
+            conn = self._connection()
+            # IMMEDIATE takes the write lock up front, so a busy DB waits here (busy_timeout)
+            # instead of failing halfway through the transaction.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._connection().execute(sql, params).fetchall()
+
+    def _task_of(self, candidate_id: str, task_id: str | None) -> str | None:
+        """The task of a candidate id (ids are per task: the same code may serve two tasks)."""
+        if task_id:
+            return task_id
+        rows = self._read("SELECT task_id FROM candidates WHERE id = ?", (candidate_id,))
+        if len(rows) > 1:
+            raise ValueError(f"candidate {candidate_id} belongs to several tasks ({len(rows)}); pass task_id")
+        return rows[0][0] if rows else None
+
+    # -- runs and tasks -------------------------------------------------------------------------------
+
+    def start_run(self, name: str, config: dict | None = None, notes: str = "") -> int:
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT INTO runs (name, created_at, config, notes) VALUES (?, ?, ?, ?)",
+                (name, time.time(), json.dumps(config or {}, sort_keys=True, default=str), notes),
+            )
+            return int(cur.lastrowid)
+
+    def set_run_notes(self, run_id: int, notes: str) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET notes = ? WHERE id = ?", (notes, run_id))
+
+    def runs(self, name: str | None = None) -> list[RunRecord]:
+        """All runs (or those with this name), oldest first."""
+        where, params = ("WHERE name = ?", (name,)) if name is not None else ("", ())
+        rows = self._read(f"SELECT * FROM runs {where} ORDER BY id", params)
+        return [RunRecord(r["id"], r["name"], r["created_at"], row_json(r["config"], {}), r["notes"]) for r in rows]
+
+    def add_task(self, task: Task) -> str:
+        """Record a task (idempotent: a task is its source hash) and return its id."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO tasks (id, name, level, number, source, origin, description, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (task.id, task.name, task.level, task.number, task.source, task.origin, task.description, time.time()),
+            )
+        return task.id
+
+    def get_task(self, task_id: str) -> Task | None:
+        rows = self._read("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        return _task(rows[0]) if rows else None
+
+    def tasks(self) -> list[Task]:
+        return [_task(r) for r in self._read("SELECT * FROM tasks ORDER BY level, number IS NULL, number, name")]
+
+    # -- candidates -----------------------------------------------------------------------------------
+
+    def add_candidate(
+        self, task_id: str, code: str, origin: Origin | dict | str, run_id: int | None = None
+    ) -> tuple[str, bool]:
+        """Record candidate code for a task; returns (candidate_id, is_new). Re-adding is a no-op."""
+        origin = Origin.coerce(origin)
+        cid = code_id(code)
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is None:
+                raise ValueError(f"unknown task {task_id}; add_task() it first")
+            cur = conn.execute(
+                "INSERT INTO candidates (task_id, id, code, norm_hash, origin, run_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_id, id) DO NOTHING",
+                (task_id, cid, code, norm_hash(code), origin.to_json(), run_id, time.time()),
+            )
+            is_new = cur.rowcount == 1
+            if run_id is not None:
+                conn.execute(
+                    "INSERT INTO run_candidates (run_id, task_id, candidate_id, seq)"
+                    " SELECT ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM run_candidates WHERE run_id = ?"
+                    " ON CONFLICT DO NOTHING",
+                    (run_id, task_id, cid, run_id),
+                )
+        return cid, is_new
+
+    def get_candidate(self, candidate_id: str, task_id: str | None = None) -> CandidateRecord | None:
+        task_id = self._task_of(candidate_id, task_id)
+        rows = self._read(
+            f"SELECT {_CANDIDATE_COLUMNS} FROM candidates c WHERE c.task_id = ? AND c.id = ?", (task_id, candidate_id)
+        )
+        return _candidate(rows[0]) if rows else None
+
+    def unevaluated_candidates(
+        self, run_id: int, device: str, config_key: str | None = None
+    ) -> list[CandidateRecord]:
+        """Candidates a run produced (or met again) whose normalised code has no verdict on this device yet.
+
+        config_key=None accepts a verdict under any evaluation settings. In the order the run met them.
+        """
+        key_filter = "" if config_key is None else "AND v.config_key = ?"
+        params: list = [run_id, device] + ([] if config_key is None else [config_key])
+        rows = self._read(
+            f"""SELECT {_CANDIDATE_COLUMNS} FROM run_candidates rc
+                JOIN candidates c ON c.task_id = rc.task_id AND c.id = rc.candidate_id
+                WHERE rc.run_id = ? AND NOT EXISTS (
+                    SELECT 1 FROM candidates d JOIN verdicts v ON v.task_id = d.task_id AND v.candidate_id = d.id
+                    WHERE d.task_id = c.task_id AND d.norm_hash = c.norm_hash AND v.device = ? {key_filter})
+                ORDER BY rc.seq""",
+            params,
+        )
+        return [_candidate(r) for r in rows]
+
+    # -- verdicts -------------------------------------------------------------------------------------
+
+    def record_verdict(
+        self,
+        candidate_id: str,
+        verdict: Verdict,
+        run_id: int | None = None,
+        device: str | None = None,
+        config_key: str | dict = "",
+        task_id: str | None = None,
+    ) -> bool:
+        """Store a verdict once per (candidate, device, config key). Returns False if one was already stored.
+
+        config_key: a string, or the evaluation settings themselves (hashed with `stable_key`).
+        """
+        device = device or verdict.device
+        if not device:
+            raise ValueError("record_verdict needs a device (or a verdict whose device is set)")
+        if verdict.status not in ALL_STATUSES:
+            raise ValueError(f"unknown verdict status {verdict.status!r}")
+        task_id = self._task_of(candidate_id, task_id or verdict.task_id or None)
+        if task_id is None:
+            raise ValueError(f"unknown candidate {candidate_id}; add_candidate() it first")
+        for name, ours in (("task_id", task_id), ("candidate_id", candidate_id)):
+            theirs = getattr(verdict, name)
+            if theirs and theirs != ours:
+                raise ValueError(f"the verdict is for {name} {theirs}, not {ours}: refusing to file it")
+        stored = dataclasses.replace(verdict, task_id=task_id, candidate_id=candidate_id)
+        ci = list(verdict.ci) if verdict.ci and len(verdict.ci) == 2 else [None, None]
+        with self._write() as conn:
+            if conn.execute(
+                "SELECT 1 FROM candidates WHERE task_id = ? AND id = ?", (task_id, candidate_id)
+            ).fetchone() is None:
+                raise ValueError(f"unknown candidate {candidate_id} of task {task_id}; add_candidate() it first")
+            cur = conn.execute(
+                """INSERT INTO verdicts (task_id, candidate_id, run_id, device, config_key, status, speedup,
+                       raw_speedup, reference_ms, candidate_ms, ci_low, ci_high, verdict, created_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (task_id, candidate_id, device, config_key) DO NOTHING""",
+                (task_id, candidate_id, run_id, device, stable_key(config_key), verdict.status, verdict.speedup,
+                 verdict.raw_speedup, verdict.reference_ms, verdict.candidate_ms, ci[0], ci[1],
+                 stored.to_json(), time.time()),
+            )
+            return cur.rowcount == 1
+
+    def verdict_for(
+        self, candidate_id: str, device: str, config_key: str | dict | None = None, task_id: str | None = None
+    ) -> Verdict | None:
+        """The latest verdict for a candidate on a device (under these settings, when given)."""
+        task_id = self._task_of(candidate_id, task_id)
+        if task_id is None:
+            return None
+        sql = "SELECT verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
+        params: list = [task_id, candidate_id, device]
+        if config_key is not None:
+            sql += " AND config_key = ?"
+            params.append(stable_key(config_key))
+        rows = self._read(sql + " ORDER BY id DESC LIMIT 1", params)
+        return Verdict.from_json(rows[0][0]) if rows else None
+
+    def find_evaluated_duplicate(
+        self, task_id: str, code: str, device: str, config_key: str | dict | None = None
+    ) -> Verdict | None:
+        """A verdict for code that normalises to the same as `code` (same task, same device), if any.
+
+        The returned verdict names the candidate that was actually evaluated.
+        """
+        sql = """SELECT v.verdict FROM verdicts v JOIN candidates c ON c.task_id = v.task_id AND c.id = v.candidate_id
+                 WHERE v.task_id = ? AND c.norm_hash = ? AND v.device = ? AND v.status != ?"""
+        params: list = [task_id, norm_hash(code), device, PARSE_ERROR]
+        if config_key is not None:
+            sql += " AND v.config_key = ?"
+            params.append(stable_key(config_key))
+        sql += " ORDER BY (v.candidate_id = ?) DESC, v.id DESC LIMIT 1"
+        rows = self._read(sql, params + [code_id(code)])
+        return Verdict.from_json(rows[0][0]) if rows else None
+
+    def correct_candidates(
+        self,
+        task_id: str,
+        device: str | None = None,
+        config_key: str | dict | None = None,
+        run_id: int | None = None,
+    ) -> list[CandidateRecord]:
+        """Candidates whose latest verdict (on this device / settings / run) is ok, fastest first.
+
+        One record per normalised code (the fastest). Pass a device: speedups measured on different
+        GPUs are not comparable; with device=None each candidate's latest verdict on any device counts.
+        """
+        filters, params = ["v.task_id = ?"], [task_id]
+        for column, value in (("device", device), ("config_key", config_key), ("run_id", run_id)):
+            if value is not None:
+                filters.append(f"v.{column} = ?")
+                params.append(stable_key(value) if column == "config_key" else value)
+        rows = self._read(
+            f"""WITH latest AS (
+                    SELECT v.*, ROW_NUMBER() OVER (PARTITION BY v.candidate_id ORDER BY v.id DESC) AS rank
+                    FROM verdicts v WHERE {' AND '.join(filters)})
+                SELECT {_CANDIDATE_COLUMNS}, l.speedup, l.device, l.status, l.id AS verdict_id
+                FROM latest l JOIN candidates c ON c.task_id = l.task_id AND c.id = l.candidate_id
+                WHERE l.rank = 1 AND l.status = ? AND l.speedup IS NOT NULL
+                ORDER BY l.speedup DESC, c.rowid""",
+            params + [OK],
+        )
+        seen: set[str] = set()
+        records = []
+        for r in rows:
+            if r["norm_hash"] not in seen:
+                seen.add(r["norm_hash"])
+                measured = {k: r[k] for k in ("speedup", "device", "status", "verdict_id")}
+                records.append(_candidate(r, **measured))
+        return records
+
+    def best_candidate(self, task_id: str, device: str | None = None, **filters) -> CandidateRecord | None:
+        found = self.correct_candidates(task_id, device, **filters)
+        return found[0] if found else None
+
+    def recent_failures(self, task_id: str, n: int = 3, device: str | None = None) -> list[FailureRecord]:
+        """The n most recent failures of a task, newest first: failed verdicts and unparseable completions."""
+        if n <= 0:
+            return []
+        sql = "SELECT verdict, candidate_id, created_at FROM verdicts WHERE task_id = ? AND status != ?"
+        params: list = [task_id, OK]
+        if device is not None:
+            sql += " AND device = ?"
+            params.append(device)
+        failures = []
+        for r in self._read(sql + " ORDER BY id DESC LIMIT ?", params + [n]):
+            verdict = Verdict.from_json(r["verdict"])
+            message = failure_message(verdict)
+            failures.append(
+                FailureRecord(verdict.status, list(verdict.reasons), message, r["candidate_id"], r["created_at"])
+            )
+        for r in self._read(
+            "SELECT parse_message, created_at FROM completions WHERE task_id = ? AND parse_status = ?"
+            " ORDER BY id DESC LIMIT ?",
+            (task_id, PARSE_ERROR, n),
+        ):
+            failures.append(FailureRecord(PARSE_ERROR, [r["parse_message"]], r["parse_message"], None, r["created_at"]))
+        failures.sort(key=lambda f: f.created_at, reverse=True)
+        return failures[:n]
+
+    # -- prompts and completions ----------------------------------------------------------------------
+
+    def record_prompt(
+        self, task_id: str, messages: list[dict], exemplar_ids: Sequence[str] = (), run_id: int | None = None
+    ) -> int:
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT INTO prompts (run_id, task_id, messages, exemplar_ids, created_at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, task_id, json.dumps(messages), json.dumps(list(exemplar_ids)), time.time()),
+            )
+            return int(cur.lastrowid)
+
+    def record_completion(
+        self,
+        prompt_id: int,
+        text: str,
+        *,
+        endpoint: str = "",
+        model: str = "",
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        latency_s: float | None = None,
+        cost: float | None = None,
+        finish_reason: str | None = None,
+        parse_status: str = OK,
+        parse_message: str = "",
+        candidate_id: str | None = None,
+    ) -> int:
+        """Record one LLM completion of a prompt (with its parsed candidate, once added, if any)."""
+        with self._write() as conn:
+            row = conn.execute("SELECT task_id FROM prompts WHERE id = ?", (prompt_id,)).fetchone()
+            if row is None:
+                raise ValueError(f"unknown prompt {prompt_id}; record_prompt() it first")
+            cur = conn.execute(
+                """INSERT INTO completions (prompt_id, task_id, endpoint, model, text, prompt_tokens,
+                       completion_tokens, latency_s, cost, finish_reason, parse_status, parse_message,
+                       candidate_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (prompt_id, row[0], endpoint, model, text, prompt_tokens, completion_tokens, latency_s, cost,
+                 finish_reason, parse_status, parse_message, candidate_id, time.time()),
+            )
+            return int(cur.lastrowid)
+
+    def prompt(self, prompt_id: int) -> dict | None:
+        rows = self._read("SELECT * FROM prompts WHERE id = ?", (prompt_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return {"id": r["id"], "run_id": r["run_id"], "task_id": r["task_id"], "messages": row_json(r["messages"], []),
+                "exemplar_ids": row_json(r["exemplar_ids"], []), "created_at": r["created_at"]}
+
+    def completions(self, prompt_id: int) -> list[dict]:
+        return [dict(r) for r in self._read("SELECT * FROM completions WHERE prompt_id = ? ORDER BY id", (prompt_id,))]
+
+    # -- reference timings ----------------------------------------------------------------------------
+
+    def reference_timing(self, task_id: str, device: str, versions_key: str | dict) -> dict | None:
+        """Cached reference statistics, valid while device and software versions are unchanged."""
+        rows = self._read(
+            "SELECT stats FROM reference_timings WHERE task_id = ? AND device = ? AND versions_key = ?",
+            (task_id, device, stable_key(versions_key)),
+        )
+        return row_json(rows[0][0], None) if rows else None
+
+    def save_reference_timing(self, task_id: str, device: str, versions_key: str | dict, stats: dict) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO reference_timings (task_id, device, versions_key, stats, created_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id, device, versions_key)"
+                " DO UPDATE SET stats = excluded.stats, created_at = excluded.created_at",
+                (task_id, device, stable_key(versions_key), json.dumps(stats, default=str), time.time()),
+            )
+
+    # -- reports --------------------------------------------------------------------------------------
+
+    def run_results(self, run_id: int) -> list[dict]:
+        """One row per verdict recorded in a run, with its task and candidate, in recording order."""
+        return export.run_results(self._read, run_id)
+
+    def export_solutions_jsonl(self, path: str | Path, run_id: int | None = None, device: str | None = None) -> int:
+        """Write the best verified candidate of each task as a JSONL solution set; returns the line count."""
+        return export.export_solutions_jsonl(self, path, run_id=run_id, device=device)
+
+    def integrity_check(self) -> str:
+        return str(self._read("PRAGMA integrity_check")[0][0])
+
+
+def _task(row: sqlite3.Row) -> Task:
+    return Task(
+        name=row["name"],
+        level=row["level"],
+        source=row["source"],
+        origin=row["origin"],
+        description=row["description"],
+        number=row["number"],
+    )
