@@ -1,0 +1,27 @@
+"""Sum over the middle dimension of a (64, 512, 256) tensor: strided, memory-bound."""
+
+import torch
+import torch.nn as nn
+
+BATCH = 64  # leading dimension (kept)
+REDUCED = 512  # dimension summed over
+INNER = 256  # trailing dimension (kept, contiguous)
+
+
+class Model(nn.Module):
+    """Sums over one dimension and drops it."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, REDUCED, INNER)]
+
+
+def get_init_inputs():
+    return [1]

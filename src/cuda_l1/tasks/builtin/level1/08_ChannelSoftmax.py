@@ -1,0 +1,28 @@
+"""Softmax over the channels of an NCHW tensor (32 classes per pixel, segmentation-style)."""
+
+import torch
+import torch.nn as nn
+
+BATCH = 16  # images
+CLASSES = 32  # channels normalised by the softmax
+HEIGHT = 128  # pixels per column
+WIDTH = 128  # pixels per row
+LOGIT_SCALE = 2.0  # spread of the input logits, so the probabilities are far from uniform
+
+
+class Model(nn.Module):
+    """Per-pixel softmax across channels: a reduction over a strided (non-contiguous) dimension."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, CLASSES, HEIGHT, WIDTH) * LOGIT_SCALE]
+
+
+def get_init_inputs():
+    return []

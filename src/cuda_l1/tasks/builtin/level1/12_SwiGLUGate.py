@@ -1,0 +1,26 @@
+"""SwiGLU gate silu(a) * b over two (4096, 1024) tensors: binary elementwise."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROWS = 4096  # tokens
+COLS = 1024  # hidden features
+
+
+class Model(nn.Module):
+    """The gating product used in SwiGLU feed-forward layers: silu(a) * b."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return F.silu(a) * b
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS) * 2.0, torch.randn(ROWS, COLS)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,29 @@
+"""Linear -> GELU -> scale -> residual add, y = x + s * gelu(xW^T + b), on (512, 1024)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BATCH = 512  # rows of x
+FEATURES = 1024  # width of x and of the layer (square, so the residual add needs no projection)
+SCALE = 1.5  # multiplier of the branch before the residual add
+
+
+class Model(nn.Module):
+    """A residual feed-forward branch: the GEMM output goes through GELU and a scale, then x is added."""
+
+    def __init__(self, features: int, scale: float):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.scale * F.gelu(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(BATCH, FEATURES)]
+
+
+def get_init_inputs():
+    return [FEATURES, SCALE]

@@ -1,0 +1,32 @@
+"""Linear -> LayerNorm -> SiLU -> per-feature gain, (1024, 768) -> 1024."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BATCH = 1024  # rows of x
+IN_FEATURES = 768  # columns of x
+OUT_FEATURES = 1024  # width of the layer
+
+
+class Model(nn.Module):
+    """silu(layernorm(x W^T + b)) * gain."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.norm = nn.LayerNorm(out_features)
+        nn.init.normal_(self.norm.weight, mean=1.0, std=0.3)
+        nn.init.normal_(self.norm.bias, mean=0.0, std=0.3)
+        self.gain = nn.Parameter(1.0 + 0.5 * torch.randn(out_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(self.norm(self.linear(x))) * self.gain
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_FEATURES)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES]
