@@ -1,0 +1,261 @@
+"""Evaluation pools: one interface for `bench`, `audit`, `optimize` and training.
+
+    with make_pool("local", device="cuda") as pool:          # one worker per visible GPU
+        for result in pool.run(jobs):                         # as they complete
+            store.record_verdict(...)                         # the caller is the one store owner
+
+A worker is a trusted process: it prepares references (once per task) and judges candidates, each of
+which runs in its own sandboxed child. A worker that dies is replaced and its candidate retried once;
+a second death becomes a runtime_error verdict. The Ray backend (ray_pool.py) offers the same interface
+across hosts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Verdict
+from cuda_l1.tasks import Task, source_id
+
+
+@dataclass
+class EvalJob:
+    """One candidate to judge."""
+
+    task: Task
+    source: str
+    key: str = ""  # the caller's handle (defaults to the candidate's content id)
+    best_known_speedup: float | None = None  # for the re-measure rule
+    meta: dict = field(default_factory=dict)  # passed back untouched (origin, strategy, ...)
+
+    def __post_init__(self):
+        if not self.key:
+            self.key = source_id(self.source)
+
+
+@dataclass
+class EvalResult:
+    job: EvalJob
+    verdict: Verdict
+    worker: str  # which worker judged it (device, host)
+    attempts: int = 1
+
+
+def visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def worker_devices(device: str, workers: int | None) -> list[str]:
+    """'cuda' -> one worker per visible GPU; 'cuda:N' -> that GPU; 'cpu' -> `workers` CPU workers."""
+    if device in ("cuda", "auto") and visible_gpus():
+        count = visible_gpus()
+        return [f"cuda:{i}" for i in range(count if workers is None else min(workers, count))]
+    if device.startswith("cuda"):
+        return [device if ":" in device else "cuda:0"]
+    return ["cpu"] * max(1, workers or 1)
+
+
+def _failed_verdict(job: EvalJob, message: str) -> Verdict:
+    return Verdict(status=RUNTIME_ERROR, reasons=[message], task_id=job.task.id, task_name=job.task.key,
+                   candidate_id=source_id(job.source))
+
+
+# -- the worker process ------------------------------------------------------------------------------
+def _worker_main(device: str, config: EvalConfig, inbox, outbox) -> None:
+    """Runs in a spawned process: judge jobs one at a time, references cached per task."""
+    from cuda_l1.evaluate.evaluator import Evaluator
+
+    evaluators: dict[str, Evaluator] = {}
+    while True:
+        item = inbox.get()
+        if item is None:
+            return
+        job_id, task, source, best = item
+        try:
+            evaluator = evaluators.get(task.id)
+            if evaluator is None:
+                evaluator = Evaluator(task, dataclasses.replace(config, device=device))
+                evaluators[task.id] = evaluator
+            evaluator.config.best_known_speedup = best
+            verdict = evaluator.evaluate(source)
+            outbox.put((job_id, verdict.to_dict(), None))
+        except Exception as exc:  # a bad task is the caller's error, reported per job
+            outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
+
+
+class EvalPool:
+    """Interface of every backend."""
+
+    workers: list[str]
+
+    def submit(self, job: EvalJob) -> Future:
+        raise NotImplementedError
+
+    def run(self, jobs: Iterable[EvalJob], on_result: Callable[[EvalResult], None] | None = None) -> Iterator[EvalResult]:
+        """Submit every job and yield results as they complete."""
+        done: queue.Queue = queue.Queue()
+        count = 0
+        for job in jobs:
+            future = self.submit(job)
+            future.add_done_callback(done.put)
+            count += 1
+        for _ in range(count):
+            result = done.get().result()
+            if on_result:
+                on_result(result)
+            yield result
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class LocalPool(EvalPool):
+    """One worker process per device slot on this host."""
+
+    def __init__(self, device: str = "cuda", config: EvalConfig | None = None, workers: int | None = None,
+                 max_attempts: int = 2):
+        self.config = config or EvalConfig()
+        self.workers = worker_devices(device, workers)
+        self.max_attempts = max_attempts
+        self._ctx = mp.get_context("spawn")  # workers must not inherit a CUDA context
+        self._outbox = self._ctx.Queue()
+        self._slots = [self._start(i) for i in range(len(self.workers))]
+        self._pending: queue.Queue = queue.Queue()
+        self._futures: dict[int, tuple[Future, EvalJob, int]] = {}
+        self._inflight: dict[int, int | None] = {i: None for i in range(len(self.workers))}
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self._closing = False
+        self._dispatcher = threading.Thread(target=self._dispatch, name="cuda-l1-pool", daemon=True)
+        self._dispatcher.start()
+
+    def _start(self, index: int):
+        inbox = self._ctx.Queue()
+        proc = self._ctx.Process(target=_worker_main, args=(self.workers[index], self.config, inbox, self._outbox),
+                                 name=f"cuda-l1-worker-{index}", daemon=True)
+        proc.start()
+        return proc, inbox
+
+    def submit(self, job: EvalJob) -> Future:
+        future: Future = Future()
+        with self._lock:
+            job_id = self._next_id
+            self._next_id += 1
+            self._futures[job_id] = (future, job, 1)
+        self._pending.put(job_id)
+        return future
+
+    def _assign(self) -> None:
+        for index, current in self._inflight.items():
+            if current is not None:
+                continue
+            try:
+                job_id = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            _, job, _ = self._futures[job_id]
+            self._inflight[index] = job_id
+            self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup))
+
+    def _resolve(self, job_id: int, verdict: Verdict, worker: str) -> None:
+        with self._lock:
+            future, job, attempts = self._futures.pop(job_id)
+        future.set_result(EvalResult(job, verdict, worker, attempts))
+
+    def _dispatch(self) -> None:
+        while not self._closing:
+            self._assign()
+            try:
+                job_id, verdict_dict, error = self._outbox.get(timeout=0.2)
+            except queue.Empty:
+                job_id = None
+            if job_id is not None:
+                index = next((i for i, j in self._inflight.items() if j == job_id), None)
+                if index is not None:
+                    self._inflight[index] = None
+                if job_id in self._futures:
+                    _, job, _ = self._futures[job_id]
+                    worker = self.workers[index] if index is not None else "?"
+                    verdict = Verdict.from_dict(verdict_dict) if verdict_dict else _failed_verdict(job, error or "")
+                    self._resolve(job_id, verdict, worker)
+            self._replace_dead()
+
+    def _replace_dead(self) -> None:
+        for index, (proc, _) in enumerate(self._slots):
+            if proc.is_alive() or self._closing:
+                continue
+            job_id = self._inflight[index]
+            self._slots[index] = self._start(index)
+            self._inflight[index] = None
+            if job_id is None or job_id not in self._futures:
+                continue
+            future, job, attempts = self._futures[job_id]
+            if attempts < self.max_attempts:
+                self._futures[job_id] = (future, job, attempts + 1)
+                self._pending.put(job_id)
+            else:
+                self._resolve(job_id, _failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate"),
+                              self.workers[index])
+
+    def worker_pids(self) -> list[int]:
+        return [proc.pid for proc, _ in self._slots]
+
+    def close(self) -> None:
+        self._closing = True
+        self._dispatcher.join(timeout=5)
+        for proc, inbox in self._slots:
+            try:
+                inbox.put(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 10
+        for proc, _ in self._slots:
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+        with self._lock:
+            for future, job, _ in self._futures.values():
+                if not future.done():
+                    future.set_result(EvalResult(job, _failed_verdict(job, "the pool was closed"), "none"))
+            self._futures.clear()
+
+
+def make_pool(cluster: str = "local", device: str = "cuda", config: EvalConfig | None = None,
+              workers: int | None = None) -> EvalPool:
+    """`local`, `ray` (an existing or new local Ray cluster) or `ray://ADDRESS`."""
+    from cuda_l1.errors import UserError
+
+    if cluster == "local":
+        return LocalPool(device, config, workers)
+    if cluster == "ray" or cluster.startswith("ray://"):
+        try:
+            from cuda_l1.evaluate.ray_pool import RayPool
+        except ImportError as exc:
+            raise UserError(f"--cluster {cluster} needs Ray: pip install 'cuda-l1[ray]' ({exc}).") from None
+        return RayPool(device, config, workers, address=None if cluster == "ray" else cluster)
+    raise UserError(f"--cluster is local, ray or ray://ADDRESS (got {cluster!r}).")
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false")
