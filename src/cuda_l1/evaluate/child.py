@@ -73,23 +73,77 @@ def _precision_flags() -> dict:
 
 
 def snapshot_state(extra: dict | None = None) -> dict:
-    """ids of every callable/class in the guarded namespaces, plus the precision flags' values."""
+    """Every callable/class in the guarded namespaces (kept by reference, compared by identity), every
+    value of the extra namespaces (the reference module), and the precision flags' values."""
     state = {}
     for space, mapping in _namespaces().items():
         for name, value in list(mapping.items()):
             if callable(value) or isinstance(value, type):
-                state[f"{space}.{name}"] = id(value)
+                state[f"{space}.{name}"] = value
     for space, mapping in (extra or {}).items():
         for name, value in list(mapping.items()):
-            state[f"{space}.{name}"] = id(value)
+            state[f"{space}.{name}"] = value
     for name, value in _precision_flags().items():
         state[f"flag.{name}"] = repr(value)
     return state
 
 
+_TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__import__("torch").__file__))) + os.sep + "torch" + os.sep
+
+
+def _library_wrapper(new, old) -> bool:
+    """torch itself re-binds a few functions when optional parts load (torch.compile wraps
+    torch.manual_seed and nn.Module.__init__, for two). Accept a replacement only if its code lives in
+    torch's own installed files and it wraps the original (functools.wraps or a closure over it).
+    Inputs are also checked by digest and outputs against the reference, so a forged wrapper gains nothing."""
+    code = getattr(new, "__code__", None)
+    if code is None or not os.path.abspath(code.co_filename).startswith(_TORCH_DIR):
+        return False
+    wrapped, seen = new, 0
+    while hasattr(wrapped, "__wrapped__") and seen < 8:
+        wrapped, seen = wrapped.__wrapped__, seen + 1
+        if wrapped is old:
+            return True
+    cells = getattr(new, "__closure__", None) or ()
+    return any(_cell(c) is old for c in cells)
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+_LIBRARY_DIRS = tuple(
+    os.path.abspath(p) + os.sep for p in {__import__("sysconfig").get_path("purelib"), __import__("sysconfig").get_path("platlib")}
+)
+
+
+def _library_thread(thread: threading.Thread) -> bool:
+    """A long-lived helper thread of an installed library (e.g. tqdm's monitor, which torch.compile's
+    progress bars start): a Thread subclass defined in site-packages. Plain threads with a target, and
+    executor workers, are never library helpers: that is how candidate code would finish work late."""
+    cls = type(thread)
+    if cls is threading.Thread or cls.__module__ in ("threading", "concurrent.futures.thread"):
+        return False
+    module = sys.modules.get(cls.__module__)
+    path = os.path.abspath(getattr(module, "__file__", "") or "")
+    return path.startswith(_LIBRARY_DIRS)
+
+
 def state_changes(before: dict, extra: dict | None = None) -> list[str]:
     after = snapshot_state(extra)
-    changed = [k for k, v in before.items() if after.get(k, v) != v or k not in after]
+    changed = []
+    for key, old in before.items():
+        new = after.get(key, old)
+        if key not in after:
+            changed.append(key)
+        elif key.startswith("flag."):
+            if new != old:
+                changed.append(key)
+        elif new is not old and not _library_wrapper(new, old):
+            changed.append(key)
     return sorted(changed)[:20]
 
 
@@ -228,7 +282,11 @@ class Harness:
         del blocks
 
     def _python_threads(self) -> list[str]:
-        return [t.name for t in threading.enumerate() if t.ident not in self.threads0]
+        """Threads started since the candidate was imported that are alive now (library helpers aside)."""
+        return [t.name for t in threading.enumerate() if t.ident not in self.threads0 and not _library_thread(t)]
+
+    def _library_threads(self) -> int:
+        return sum(1 for t in threading.enumerate() if t.ident not in self.threads0 and _library_thread(t))
 
     def _leaf_facts(self, leaf, inputs: list) -> dict:
         import torch
@@ -300,7 +358,7 @@ class Harness:
         self.send(
             {"op": "checked", "ok": True, "structure": structure, "facts": facts, "metas": metas,
              "input_digest_before": pre, "input_digest_after": post, "earlier_output_changed": earlier_changed,
-             "python_threads": self._python_threads(),
+             "python_threads": self._python_threads(), "library_threads": self._library_threads(),
              "state_changes": state_changes(self.state0, self.guard_extra)},
             blobs,
         )
@@ -345,7 +403,7 @@ class Harness:
             if req.get("final"):
                 self.prev_outputs = None
                 self.send({"op": "timed", "ok": True, "previous": previous,
-                           "python_threads": self._python_threads(),
+                           "python_threads": self._python_threads(), "library_threads": self._library_threads(),
                            "state_changes": state_changes(self.state0, self.guard_extra)}, blobs)
                 return
             inputs = self._inputs(int(req["seed"]), bool(req.get("same_buffers")))
@@ -359,7 +417,7 @@ class Harness:
             return
         self.send(
             {"op": "timed", "ok": True, "event_ms": call_time.event_ms, "wall_ms": call_time.wall_ms,
-             "previous": previous, "python_threads": self._python_threads(),
+             "previous": previous, "python_threads": self._python_threads(), "library_threads": self._library_threads(),
              "state_changes": state_changes(self.state0, self.guard_extra) if req.get("check_state") else []},
             blobs,
         )

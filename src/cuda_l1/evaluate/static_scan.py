@@ -16,7 +16,7 @@ _PATTERNS: dict[str, list[str]] = {
     "threads or processes": [r"\bthreading\b", r"\bThread\(", r"concurrent\.futures", r"\bmultiprocessing\b",
                              r"os\.fork\b", r"\bsubprocess\b", r"std::thread", r"pthread_create", r"os\.system"],
     "low-level memory access": [r"\bctypes\b", r"\bcffi\b", r"\bmmap\b", r"cudaIpc"],
-    "harness inspection": [r"sys\._getframe", r"\bgc\.get_objects", r"\binspect\.(stack|currentframe)",
+    "harness inspection": [r"\bexec\(", r"\bcompile\([^)]*exec", r"sys\._getframe", r"\bgc\.get_objects", r"\binspect\.(stack|currentframe)",
                            r"sys\.modules", r"__builtins__", r"cuda_l1", r"/proc/self"],
     "environment or files": [r"os\.environ", r"\bgetenv\b", r"\bopen\(\s*['\"]/", r"\bsocket\b", r"\burllib\b",
                              r"\brequests\b", r"\bhttp\.client\b"],

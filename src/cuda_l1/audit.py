@@ -1,0 +1,138 @@
+"""Re-auditing a published solution set: claimed vs measured speedup, per task and in total.
+
+    cuda-l1 audit SOLUTIONS.jsonl --out DIR
+
+A claim *holds* when the candidate is verified correct and its measured speedup reaches at least
+`hold_fraction` of the claim; it *shrinks* when correct but slower than that; it is an *exploit* when
+the evaluator refuses the candidate as a hack (status `rejected`); otherwise it *fails* (incorrect,
+crashing, not compiling) or is *missing* (no candidate published).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import html
+import json
+from pathlib import Path
+
+from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, device_key,
+                           evaluate_candidates, resolve_device)
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
+
+CLAIM_FIELDS = ("score_speedup", "speedup", "score_default", "score")
+
+
+def claimed_speedup(claims: dict) -> float | None:
+    """The headline claim of a record: the first known field, else the first numeric score field."""
+    for name in CLAIM_FIELDS:
+        value = claims.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    for name, value in sorted(claims.items()):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) -> str:
+    if verdict is None:
+        return "missing"
+    if verdict.status == REJECTED:
+        return "exploit"
+    if verdict.status != OK:
+        return "fails"
+    if claim is None:
+        return "unclaimed"
+    measured = verdict.speedup if verdict.speedup is not None else 1.0
+    return "holds" if measured >= hold_fraction * claim else "shrinks"
+
+
+def run_audit(path: str, out_dir: str, *, device: str | None, config: EvalConfig, cluster: str = "local",
+              workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True) -> dict:
+    device = resolve_device(device)
+    config = dataclasses.replace(config, device=device)
+    candidates, missing = candidates_from_jsonl(path)
+    verdicts: dict[int, Verdict] = {}
+
+    def keep(cand: Candidate, verdict: Verdict) -> None:
+        verdicts[cand.meta["line"]] = verdict
+
+    ctx = RunContext(out_dir, "audit", {"source": path, "device": device})
+    try:
+        evaluate_candidates(ctx, candidates, config, cluster=cluster, workers=workers, progress=progress,
+                            on_result=keep)
+        dkey, ckey = device_key(device), config.config_key()
+        rows = []
+        for cand in candidates:  # resumed candidates come back from the store
+            verdict = verdicts.get(cand.meta["line"])
+            if verdict is None:
+                from cuda_l1.store import candidate_id
+
+                verdict = ctx.store.verdict_for(candidate_id(cand.source), dkey, ckey, task_id=cand.task.id)
+            rows.append(_row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction))
+        rows += [_row(m["task"], m["line"], m["claims"], None, hold_fraction) for m in missing]
+        rows.sort(key=lambda r: r["line"])
+        from cuda_l1.bench import write_report
+
+        paths = write_report(ctx, f"cuda-l1 audit: {Path(path).name} on {dkey}",
+                             [f"A claim holds when measured >= {hold_fraction:g} x claimed and the candidate is verified."])
+    finally:
+        ctx.close()
+    totals = {k: sum(1 for r in rows if r["outcome"] == k)
+              for k in ("holds", "shrinks", "exploit", "fails", "missing", "unclaimed")}
+    totals["records"] = len(rows)
+    out = Path(out_dir)
+    audit = {"source": str(path), "device": device_key(device), "hold_fraction": hold_fraction,
+             "missing_rule": MISSING_RULE, "totals": totals, "tasks": rows}
+    (out / "audit.json").write_text(json.dumps(audit, indent=2, default=str))
+    _write_csv(rows, out / "audit.csv")
+    _append_html(out / "report.html", totals, rows)
+    return {"totals": totals, "paths": {**{k: str(v) for k, v in paths.items()},
+                                        "audit": str(out / "audit.json"), "audit_csv": str(out / "audit.csv")}}
+
+
+def _row(task, line: int, claims: dict, verdict: Verdict | None, hold_fraction: float) -> dict:
+    claim = claimed_speedup(claims)
+    failed = [c.name for c in verdict.failed_checks()] if verdict else []
+    return {
+        "line": line, "level": task.level, "task": task.number, "task_name": task.name, "task_id": task.id,
+        "claimed": claim, "claims": claims,
+        "measured": verdict.speedup if verdict else None,
+        "raw_measured": verdict.raw_speedup if verdict else None,
+        "status": verdict.status if verdict else "missing",
+        "failed_checks": failed,
+        "reasons": (verdict.reasons[:3] if verdict else ["no candidate in the record"]),
+        "outcome": outcome(verdict, claim, hold_fraction),
+    }
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    fields = ["line", "level", "task", "task_name", "claimed", "measured", "raw_measured", "status", "outcome",
+              "failed_checks", "reasons"]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "failed_checks": ";".join(r["failed_checks"]),
+                             "reasons": " | ".join(str(x)[:300] for x in r["reasons"])})
+
+
+def _append_html(path: Path, totals: dict, rows: list[dict]) -> None:
+    def cell(v):
+        return "" if v is None else html.escape(f"{v:.2f}" if isinstance(v, float) else str(v))
+
+    table = "".join(
+        f"<tr><td>{cell(r['level'])}</td><td>{cell(r['task_name'])}</td><td>{cell(r['claimed'])}</td>"
+        f"<td>{cell(r['measured'])}</td><td>{cell(r['status'])}</td><td>{cell(r['outcome'])}</td>"
+        f"<td>{cell(', '.join(r['failed_checks']))}</td></tr>" for r in rows)
+    section = (
+        "<h2>Audit: claimed vs measured</h2><p>"
+        + ", ".join(f"{html.escape(k)}: {v}" for k, v in totals.items())
+        + "</p><table><tr><th>level</th><th>task</th><th>claimed</th><th>measured</th><th>status</th>"
+        "<th>outcome</th><th>failed checks</th></tr>" + table + "</table>"
+    )
+    text = path.read_text() if path.exists() else "<html><body></body></html>"
+    text = text.replace("</body>", section + "</body>", 1) if "</body>" in text else text + section
+    path.write_text(text)

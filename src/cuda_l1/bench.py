@@ -1,0 +1,213 @@
+"""Benchmark runs: offline strategies (or given candidates) over a task source, resumable, reported.
+
+A run directory holds `history.sqlite` (every verdict), `summary.json`, `results.csv`, `report.html`
+and the PNG plots. Rerunning the same command in the same directory skips finished work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cuda_l1.errors import UserError
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.pool import EvalJob, make_pool
+from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.tasks import Task, load_solutions_jsonl, load_tasks
+
+STORE_NAME = "history.sqlite"
+MISSING_RULE = "one"  # tasks without a correct candidate count as speedup 1.0 in means (as the paper)
+
+
+@dataclass
+class Candidate:
+    """Something to evaluate for a task, and where it came from."""
+
+    task: Task
+    source: str
+    origin: dict  # store origin: {"kind": "strategy", "strategy": "compile"} etc.
+    label: str  # short name for tables ("compile", "audit", ...)
+    meta: dict = field(default_factory=dict)
+
+
+def strategy_candidates(tasks: list[Task], names: list[str], device: str) -> tuple[list[Candidate], list[str]]:
+    """Tasks x strategies; strategies that do not apply on the device are skipped with a note."""
+    from cuda_l1.strategies import get_strategy
+
+    out, notes = [], []
+    for name in names:
+        strategy = get_strategy(name)
+        applies, note = strategy.applies(device)
+        if not applies:
+            notes.append(f"strategy {name} skipped on {device}: {note}")
+            continue
+        for task in tasks:
+            out.append(Candidate(task, strategy.generate(task), {"kind": "strategy", "strategy": name}, name))
+    return out, notes
+
+
+def candidates_from_jsonl(path: str) -> tuple[list[Candidate], list[dict]]:
+    """Candidates of a published solution set; records without one are returned as `missing`."""
+    candidates, missing = [], []
+    for record in load_solutions_jsonl(path):
+        if record.candidate is None:
+            missing.append({"task": record.task, "line": record.line, "claims": record.claims})
+            continue
+        candidates.append(Candidate(record.task, record.candidate, {"kind": "audit"}, "audit",
+                                    {"line": record.line, "claims": record.claims}))
+    return candidates, missing
+
+
+def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
+    """A folder of candidate files named like the tasks they solve (`19_ReLU.py` for task 19_ReLU)."""
+    by_name = {t.name: t for t in tasks}
+    out = []
+    for file in sorted(Path(path).rglob("*.py")):
+        task = by_name.get(file.stem)
+        if task is None:
+            raise UserError(f"no task named {file.stem!r} among the tasks given with --tasks.", path=str(file))
+        out.append(Candidate(task, file.read_text(encoding="utf-8"), {"kind": "import"}, "import"))
+    if not out:
+        raise UserError("no candidate .py files found.", path=path)
+    return out
+
+
+def device_key(device: str) -> str:
+    """How verdicts are filed in the store: by the device's name, so runs on one GPU type resume."""
+    from cuda_l1.evaluate.device import device_name, normalize_device
+
+    return device_name(normalize_device(device))
+
+
+def resolve_device(device: str | None) -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {device} was asked for, but no CUDA device is visible; use --device cpu.")
+    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise UserError(f"--device is cpu, cuda or cuda:N (got {device!r}).")
+    return device
+
+
+class RunContext:
+    """The store of a run directory and the run inside it (reused on resume)."""
+
+    def __init__(self, out_dir: str | Path, run_name: str, config: dict):
+        from cuda_l1.store import Store
+
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.out_dir / STORE_NAME)
+        previous = self.store.runs(run_name)
+        self.run_id = previous[-1].id if previous else self.store.start_run(run_name, config)
+        self.resumed = bool(previous)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, cluster: str = "local",
+                        workers: int | None = None, progress: bool = True,
+                        on_result: Callable[[Candidate, Verdict], None] | None = None) -> dict:
+    """Evaluate every candidate not yet judged on this device under these settings; store each verdict
+    as it arrives (a kill loses nothing already judged). Returns counts."""
+    store, dkey, ckey = ctx.store, device_key(config.device), config.config_key()
+    todo: list[Candidate] = []
+    for cand in candidates:
+        store.add_task(cand.task)
+        cid, _ = store.add_candidate(cand.task.id, cand.source, cand.origin, ctx.run_id)
+        if store.verdict_for(cid, dkey, ckey, task_id=cand.task.id) is None:
+            todo.append(cand)
+    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0}
+    if not todo:
+        return counts
+    jobs = [EvalJob(c.task, c.source, meta={"index": i}) for i, c in enumerate(todo)]
+    with make_pool(cluster, config.device, config, workers) as pool, _progress(progress, len(jobs)) as bar:
+        for result in pool.run(jobs):
+            cand = todo[result.job.meta["index"]]
+            store.record_verdict(result.verdict.candidate_id, result.verdict, ctx.run_id, dkey, ckey,
+                                 task_id=cand.task.id)
+            counts["evaluated"] += 1
+            if on_result:
+                on_result(cand, result.verdict)
+            bar.advance(f"{cand.task.key} [{cand.label}] {result.verdict.status}"
+                        + (f" {result.verdict.speedup:.2f}x" if result.verdict.speedup is not None else ""))
+    return counts
+
+
+class _progress:
+    """A rich progress bar with ETA (or nothing, for JSON output and tests)."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total = enabled, total
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            from cuda_l1.cli.app import err_console
+
+            self.progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(),
+                                     TimeRemainingColumn(), TextColumn("{task.description}"), console=err_console)
+            self.progress.__enter__()
+            self.task = self.progress.add_task("", total=self.total)
+        return self
+
+    def advance(self, description: str) -> None:
+        if self.enabled:
+            self.progress.update(self.task, advance=1, description=description)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
+        return False
+
+
+def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
+    from cuda_l1.report import write_all
+
+    rows = ctx.store.run_results(ctx.run_id)
+    notes = list(notes) + [
+        "Speedup = reference time / candidate time, scored toward 1 (the end of the 95% interval nearest 1).",
+        "Tasks without a correct candidate count as speedup 1.0 in means (the CUDA-L1 paper's rule).",
+    ]
+    return write_all(ctx.out_dir, rows, missing_as=MISSING_RULE, title=title, notes=notes)
+
+
+def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None, device: str | None,
+              config: EvalConfig, cluster: str = "local", workers: int | None = None, tasks_source: str | None = None,
+              progress: bool = True) -> dict:
+    """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory."""
+    device = resolve_device(device)
+    config = dataclasses.replace(config, device=device)
+    notes: list[str] = []
+    path = Path(source)
+    if source.endswith(".jsonl"):
+        candidates, missing = candidates_from_jsonl(source)
+        notes.append(f"{len(missing)} record(s) had no candidate and count as missing")
+    elif path.is_dir() and tasks_source:
+        candidates = candidates_from_directory(source, load_tasks(tasks_source, levels=levels))
+    else:
+        tasks = load_tasks(source, levels=levels)
+        candidates, notes = strategy_candidates(tasks, strategies, device)
+        if not candidates:
+            raise UserError("no strategy applies on this device; try --strategies eager,compile.")
+    if levels:
+        candidates = [c for c in candidates if c.task.level in levels]
+    ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": device})
+    try:
+        counts = evaluate_candidates(ctx, candidates, config, cluster=cluster, workers=workers, progress=progress)
+        paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
+    finally:
+        ctx.close()
+    return {"counts": counts, "notes": notes, "paths": {k: str(v) for k, v in paths.items()}}
+
+
+def load_summary(out_dir: str | Path) -> dict:
+    return json.loads((Path(out_dir) / "summary.json").read_text())
+
