@@ -68,4 +68,4 @@ def conservative_speedup(point: float, lo: float, hi: float, digits: int = 2) ->
     else:
         return 1.0
     scale = 10**digits
-    return rounding(value * scale) / scale
+    return rounding(round(value * scale, 9)) / scale  # round() first: 0.55 * 100 is 55.000000000000007

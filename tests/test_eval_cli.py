@@ -1,0 +1,66 @@
+"""`cuda-l1 eval REF CAND --json`: the verdict contract at the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CORPUS = Path(__file__).parent / "corpus"
+REQUIRED = {"status", "speedup", "reference_ms", "candidate_ms", "ci", "checks", "reasons", "device", "versions"}
+
+
+def run_eval(ref: Path, cand: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuda_l1", "eval", str(ref), str(cand), "--device", "cpu", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_json_verdict_ok_has_every_field():
+    out = run_eval(CORPUS / "refs" / "relu_add.py", CORPUS / "cpu" / "output_aliases_input.py", "--json", "--quick")
+    assert out.returncode == 0, out.stderr
+    verdict = json.loads(out.stdout)
+    assert REQUIRED <= set(verdict)
+    assert verdict["status"] == "rejected" and verdict["speedup"] is None and verdict["reasons"]
+    assert all({"name", "passed", "detail"} <= set(c) for c in verdict["checks"])
+    assert verdict["versions"]["torch"]
+
+
+def test_json_verdict_with_timing(tmp_path):
+    cand = tmp_path / "cand.py"
+    cand.write_text((CORPUS / "refs" / "relu_add.py").read_text().replace("class Model(", "class ModelNew("))
+    out = run_eval(CORPUS / "refs" / "relu_add.py", cand, "--json", "--quick")
+    verdict = json.loads(out.stdout)
+    assert verdict["status"] == "ok" and verdict["speedup"] is not None
+    assert verdict["ci"][0] <= verdict["raw_speedup"] <= verdict["ci"][1]
+    assert verdict["reference_ms"] > 0 and verdict["candidate_ms"] > 0
+
+
+def test_readable_summary_and_failed_verdict_exit_zero():
+    out = run_eval(CORPUS / "refs" / "relu_add.py", CORPUS / "cpu" / "syntax_error.py")
+    assert out.returncode == 0
+    assert "compile_error" in out.stdout and "Traceback" not in out.stderr
+
+
+def test_broken_reference_is_bad_input(tmp_path):
+    ref = tmp_path / "ref.py"
+    ref.write_text("def get_inputs(:\n")
+    out = run_eval(ref, CORPUS / "cpu" / "identical.py")
+    assert out.returncode == 2 and "syntax error" in out.stderr and "Traceback" not in out.stderr
+    out = run_eval(CORPUS / "refs" / "relu_add.py", tmp_path / "missing.py")
+    assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_same_candidate_twice_same_status():
+    from corpus_util import cases
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.evaluator import Evaluator
+
+    picked = {c.name: c for c in cases("cpu")}
+    for name in ("pointer_cache", "input_mutation", "nan_output"):
+        case = picked[name]
+        config = EvalConfig(device="cpu")
+        config.timing.enabled = False
+        evaluator = Evaluator(case.task(), config)
+        statuses = {evaluator.evaluate(case.source()).status for _ in range(2)}
+        assert statuses == {case.expect}, name

@@ -1,0 +1,136 @@
+"""Units of the evaluator that need no child process: channel framing, precision policy, statistics,
+static scan, environment scrubbing."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from cuda_l1.evaluate.channel import Channel, ChannelError, decode_tensor, encode_tensor, new_key
+from cuda_l1.evaluate.precision import ToleranceConfig, compare
+from cuda_l1.evaluate.sandbox import scrubbed_env
+from cuda_l1.evaluate.static_scan import scan
+from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
+
+
+def _pair(key_a=None, key_b=None):
+    a_r, b_w = os.pipe()
+    b_r, a_w = os.pipe()
+    key = new_key()
+    parent = Channel(a_r, a_w, key_a or key, is_parent=True)
+    child = Channel(b_r, b_w, key_b or key, is_parent=False)
+    return parent, child
+
+
+def test_channel_round_trip_with_tensors():
+    parent, child = _pair()
+    t = torch.randn(3, 5).to(torch.bfloat16)
+    meta, blob = encode_tensor(t)
+    child.send({"op": "x", "meta": meta}, [blob])
+    msg = parent.recv(timeout=5)
+    assert torch.equal(decode_tensor(msg.header["meta"], msg.blobs[0]), t)
+
+
+def test_channel_refuses_frames_without_the_key():
+    parent, child = _pair(key_b=new_key())  # the child signs with another key
+    child.send({"status": "ok", "speedup": 100})
+    with pytest.raises(ChannelError, match="authentication"):
+        parent.recv(timeout=5)
+
+
+def test_channel_refuses_replayed_frames():
+    parent, child = _pair()
+    child.send({"n": 1})
+    raw = os.read(parent.read_fd, 1 << 16)
+    os.write(child.write_fd, raw)  # the same bytes again: accepted once ...
+    os.write(child.write_fd, raw)
+    assert parent.recv(timeout=5).header == {"n": 1}
+    with pytest.raises(ChannelError):  # ... and refused when replayed (sequence numbers)
+        parent.recv(timeout=5)
+
+
+def test_decode_validates_sizes():
+    with pytest.raises(ChannelError):
+        decode_tensor({"dtype": "float32", "shape": [4]}, b"\0" * 12)
+    with pytest.raises(ChannelError):
+        decode_tensor({"dtype": "nonsense", "shape": [1]}, b"\0" * 4)
+
+
+def _oracle_case(n=256, k=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(n, k, generator=g), torch.randn(k, n, generator=g)
+    return a, b, (a.double() @ b.double()), a @ b
+
+
+def test_precision_accepts_reassociation_and_refuses_downgrades():
+    a, b, oracle, ref = _oracle_case()
+    cfg = ToleranceConfig()
+    reassociated = (a[:, :256] @ b[:256] + a[:, 256:] @ b[256:])
+    assert compare(reassociated, ref, oracle, cfg).ok
+    half = (a.half() @ b.half()).float()
+    bf16 = (a.bfloat16() @ b.bfloat16()).float()
+    # TF32 keeps 10 mantissa bits: emulate by rounding the inputs.
+    tf32 = (a.view(torch.int32) & ~0x1FFF).view(torch.float32) @ (b.view(torch.int32) & ~0x1FFF).view(torch.float32)
+    for name, cand in (("fp16", half), ("bf16", bf16), ("tf32", tf32)):
+        assert not compare(cand, ref, oracle, cfg).ok, name
+
+
+def test_kernelbench_tolerance_lets_an_fp16_downgrade_through():
+    # Why the float64 oracle is the default: KernelBench's fixed atol/rtol accept an elementwise op
+    # computed in fp16, the oracle policy does not.
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 3
+    ref, oracle = torch.nn.functional.gelu(x), torch.nn.functional.gelu(x.double())
+    half = torch.nn.functional.gelu(x.half()).float()
+    assert compare(half, ref, oracle, ToleranceConfig(mode="kernelbench")).ok
+    assert not compare(half, ref, oracle, ToleranceConfig()).ok
+
+
+def test_precision_nan_and_inf_placement():
+    ref = torch.tensor([1.0, float("nan"), float("inf")])
+    oracle = ref.double()
+    assert compare(ref.clone(), ref, oracle, ToleranceConfig()).ok
+    assert not compare(torch.tensor([1.0, 2.0, float("inf")]), ref, oracle, ToleranceConfig()).ok
+    assert not compare(torch.tensor([float("nan"), float("nan"), float("inf")]), ref, oracle, ToleranceConfig()).ok
+
+
+def test_precision_integers_exact():
+    ref = torch.tensor([1, 2, 3])
+    assert compare(ref.clone(), ref, None, ToleranceConfig()).ok
+    assert not compare(torch.tensor([1, 2, 4]), ref, None, ToleranceConfig()).ok
+
+
+def test_summary_and_ci():
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert s.median_ms == 2.5 and s.mean_ms == 2.5 and math.isclose(s.stderr_ms, s.stdev_ms / 2)
+    ref = [2.0 + 0.01 * (i % 3) for i in range(40)]
+    cand = [1.0 + 0.01 * (i % 5) for i in range(40)]
+    point, lo, hi = speedup_ci(ref, cand, seed=1)
+    assert lo <= point <= hi and 1.9 < point < 2.05
+
+
+def test_conservative_speedup_rounds_toward_one():
+    assert conservative_speedup(1.5, 1.4, 1.6) == 1.4
+    assert conservative_speedup(1.257, 1.2561, 1.27) == 1.25
+    assert conservative_speedup(0.5, 0.45, 0.55) == 0.55
+    assert conservative_speedup(1.02, 0.98, 1.06) == 1.0
+
+
+def test_static_scan_flags_without_deciding():
+    src = "import threading, ctypes\nimport torch\ntorch.matmul = None\ns = torch.cuda.Stream()\nx = y.half()\n"
+    found = scan(src)
+    assert {"threads or processes", "low-level memory access", "side streams", "precision downgrade",
+            "monkeypatching"} <= set(found)
+    assert scan("import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n") == {}
+
+
+def test_environment_is_scrubbed(monkeypatch, tmp_path):
+    for name in ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "MY_SERVICE_PASSWORD", "GITHUB_TOKEN",
+                 "SOME_RANDOM_VAR"):
+        monkeypatch.setenv(name, "secret-value")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    env = scrubbed_env(str(tmp_path))
+    assert "secret-value" not in env.values()
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["HOME"] == str(tmp_path)

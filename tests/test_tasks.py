@@ -1,0 +1,188 @@
+"""Task sources: loaders, filters, ids, and every kind of bad input (clear message, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda_l1.cli import app  # noqa: F401  (import check: the CLI assembles)
+from cuda_l1.cli.app import run
+from cuda_l1.errors import TaskError, UserError
+from cuda_l1.tasks import find_task, load_directory, load_solutions_jsonl, load_task_file, load_tasks, parse_levels
+from cuda_l1.tasks.runtime import describe_task
+
+GOOD = '''"""Doubles a tensor."""
+import torch
+import torch.nn as nn
+
+N = 64
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def kb_dir(tmp_path):
+    """A KernelBench-layout directory written for the tests."""
+    root = tmp_path / "kb"
+    write(root / "level1" / "1_Double.py", GOOD)
+    write(root / "level1" / "19_ReLU.py", GOOD.replace("x * 2", "torch.relu(x)").replace("Doubles", "ReLU of"))
+    write(root / "level2" / "3_Chain.py", GOOD.replace("x * 2", "torch.relu(x * 2) + 1").replace("Doubles", "Chain of"))
+    write(root / "level3" / "7_Net.py", GOOD.replace("x * 2", "torch.tanh(x) * 3").replace("Doubles", "Net of"))
+    return root
+
+
+def test_builtin_suite_lists_36_tasks_over_3_levels():
+    tasks = load_tasks("builtin")
+    assert len(tasks) >= 36
+    assert {t.level for t in tasks} == {1, 2, 3}
+    assert all(sum(t.level == lv for t in tasks) >= 12 for lv in (1, 2, 3))
+
+
+def test_kernelbench_directory_levels_and_ids(kb_dir):
+    tasks = load_directory(kb_dir)
+    assert [(t.level, t.name) for t in tasks] == [(1, "1_Double"), (1, "19_ReLU"), (2, "3_Chain"), (3, "7_Net")]
+    assert tasks[1].number == 19 and tasks[1].description == "ReLU of a tensor."
+    assert [t.name for t in load_tasks(str(kb_dir), levels={2, 3})] == ["3_Chain", "7_Net"]
+    relu = tasks[1]
+    assert find_task(tasks, "1/19") is relu
+    assert find_task(tasks, "19_ReLU") is relu
+    assert find_task(tasks, relu.id[:6]) is relu
+    assert load_tasks(str(kb_dir), ids=["L2/3_Chain"])[0].name == "3_Chain"
+    with pytest.raises(UserError, match="no task matches"):
+        find_task(tasks, "1/99")
+
+
+def test_id_is_a_stable_hash_of_the_source(tmp_path):
+    a = load_task_file(write(tmp_path / "a.py", GOOD))
+    b = load_task_file(write(tmp_path / "b.py", GOOD.replace("\n", "\r\n") + "\n\n"))
+    c = load_task_file(write(tmp_path / "c.py", GOOD.replace("x * 2", "x * 3")))
+    assert a.id == b.id != c.id and len(a.id) == 12
+
+
+def test_jsonl_solution_set_with_missing_candidates(tmp_path):
+    lines = [
+        {"level_id": 1, "task_id": 19, "ref_code": GOOD, "custom_code": GOOD.replace("class Model", "class ModelNew"),
+         "score_default": 1.5},
+        {"level_id": 2, "task_id": 3, "ref_code": GOOD, "custom_code": None},
+        {"level_id": 2, "task_id": 4, "ref_code": GOOD, "custom_code": "None"},
+    ]
+    path = write(tmp_path / "s.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
+    records = load_solutions_jsonl(path)
+    assert [r.candidate is None for r in records] == [False, True, True]
+    assert records[0].claims == {"score_default": 1.5} and records[0].task.level == 1 and records[0].task.number == 19
+    assert len(load_tasks(str(path))) == 1  # same reference code: one task
+
+
+def test_describe_task_builds_inputs_without_running_forward(tmp_path):
+    marker = tmp_path / "forward_ran"
+    src = GOOD.replace("        return x * 2", f"        open({str(marker)!r}, 'w').close()\n        return x * 2")
+    task = load_task_file(write(tmp_path / "t.py", src))
+    info = describe_task(task)
+    assert info["inputs"] == [{"shape": [64], "dtype": "float32"}]
+    load_tasks(str(tmp_path / "t.py"))
+    assert not marker.exists()
+
+
+BAD_TASKS = {
+    "syntax": ("class Model(:\n", "syntax error"),
+    "no_model": (GOOD.replace("class Model(nn.Module)", "class Other(nn.Module)"), "missing Model"),
+    "no_get_inputs": (GOOD.replace("def get_inputs", "def make_inputs"), "missing get_inputs"),
+    "no_init": (GOOD.replace("def get_init_inputs", "def init_inputs"), "missing get_init_inputs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TASKS))
+def test_bad_task_files_name_the_file_and_the_problem(tmp_path, case, capsys):
+    text, expected = BAD_TASKS[case]
+    path = write(tmp_path / f"{case}.py", text)
+    with pytest.raises(TaskError) as err:
+        load_task_file(path)
+    assert str(path) in str(err.value) and expected in str(err.value)
+    assert run(["tasks", "list", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and expected in captured.err.replace("\n", " ")
+
+
+def test_syntax_error_reports_the_line(tmp_path):
+    path = write(tmp_path / "s.py", GOOD.replace("def get_inputs():", "def get_inputs(:"))
+    with pytest.raises(TaskError, match=rf"{path}:\d+: syntax error"):
+        load_task_file(path)
+
+
+@pytest.mark.parametrize("returned", ["torch.randn(4)", "[object()]", "{'x': 1}"])
+def test_get_inputs_must_return_tensors_and_scalars(tmp_path, returned, capsys):
+    path = write(tmp_path / "t.py", GOOD.replace("return [torch.randn(N)]", f"return {returned}"))
+    assert run(["tasks", "show", str(path), "t"]) == 2
+    err = capsys.readouterr().err
+    assert "get_inputs()" in err and str(path) in err.replace("\n", "") and "Traceback" not in err
+
+
+def test_empty_directory_and_missing_paths(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert run(["tasks", "list", str(tmp_path / "empty")]) == 2
+    assert "no tasks found" in capsys.readouterr().err
+    assert run(["tasks", "list", str(tmp_path / "nowhere")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "line,expected",
+    [("{not json", "not valid JSON"), ('{"level_id": 1, "task_id": 2, "ref_code": "x"}', "missing field(s) custom_code"),
+     ('[1, 2]', "JSON object"), ('{"level_id": "a", "task_id": 2, "ref_code": "x", "custom_code": null}', "integers")],
+)
+def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, expected, capsys):
+    good = json.dumps({"level_id": 1, "task_id": 1, "ref_code": GOOD, "custom_code": None})
+    path = write(tmp_path / "s.jsonl", good + "\n" + line + "\n")
+    with pytest.raises(TaskError, match=rf"{path}:2: .*{expected.split('(')[0]}"):
+        load_solutions_jsonl(path)
+    assert run(["tasks", "list", str(path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_levels_flag_validation():
+    assert parse_levels("1,3") == {1, 3} and parse_levels(None) is None
+    with pytest.raises(UserError):
+        parse_levels("one")
+
+
+def test_cli_list_json_and_show():
+    out = subprocess.run([sys.executable, "-m", "cuda_l1", "tasks", "list", "builtin", "--levels", "2", "--json"],
+                         capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    assert len(rows) == 12 and all({"id", "name", "level"} <= set(r) and r["level"] == 2 for r in rows)
+    out = subprocess.run([sys.executable, "-m", "cuda_l1", "tasks", "show", "builtin", "1/1", "--json"],
+                         capture_output=True, text=True, check=True)
+    shown = json.loads(out.stdout)
+    assert shown["level"] == 1 and shown["inputs"] and "class Model" in shown["source"]
+
+
+def test_every_command_has_help():
+    for args in (["--help"], ["tasks", "--help"], ["tasks", "list", "--help"], ["eval", "--help"], ["bench", "--help"],
+                 ["audit", "--help"], ["report", "--help"]):
+        out = subprocess.run([sys.executable, "-m", "cuda_l1", *args], capture_output=True, text=True)
+        assert out.returncode == 0 and "Usage" in out.stdout, args
