@@ -51,7 +51,7 @@ def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) 
 
 def run_audit(path: str, out_dir: str, *, device: str | None, config: EvalConfig, cluster: str = "local",
               workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True) -> dict:
-    device = resolve_device(device)
+    device = resolve_device(device, cluster)
     config = dataclasses.replace(config, device=device)
     candidates, missing = candidates_from_jsonl(path)
     verdicts: dict[int, Verdict] = {}

@@ -77,17 +77,22 @@ def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
 
 def device_key(device: str) -> str:
     """How verdicts are filed in the store: by the device's name, so runs on one GPU type resume."""
+    import torch
+
     from cuda_l1.evaluate.device import device_name, normalize_device
 
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return "cuda (remote cluster)"  # the driver has no GPU; the workers' GPUs judge
     return device_name(normalize_device(device))
 
 
-def resolve_device(device: str | None) -> str:
+def resolve_device(device: str | None, cluster: str = "local") -> str:
+    """The device to evaluate on. With a Ray cluster the GPUs are the cluster's, not this host's."""
     import torch
 
     if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
+        return "cuda" if torch.cuda.is_available() or cluster != "local" and device == "auto" else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available() and cluster == "local":
         raise UserError(f"--device {device} was asked for, but no CUDA device is visible; use --device cpu.")
     if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
         raise UserError(f"--device is cpu, cuda or cuda:N (got {device!r}).")
@@ -183,7 +188,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
               config: EvalConfig, cluster: str = "local", workers: int | None = None, tasks_source: str | None = None,
               progress: bool = True) -> dict:
     """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory."""
-    device = resolve_device(device)
+    device = resolve_device(device, cluster)
     config = dataclasses.replace(config, device=device)
     notes: list[str] = []
     path = Path(source)

@@ -50,6 +50,7 @@ class EvalConfig:
     threads: int | None = None  # CPU threads for both sides (default 1 on CPU: two processes alternate on the cores)
     best_known_speedup: float | None = None  # best verified speedup for this task, for the re-measure rule
     remeasure: bool = True  # apply the re-measure rule
+    prewarm: bool | None = None  # keep a spare child (torch imported, device ready) started ahead; default: on CUDA
     build_cache_dir: str | None = None  # where extension builds are cached (default: CUDA_L1_CACHE or ~/.cache)
 
     def config_key(self) -> str:

@@ -77,16 +77,46 @@ def _errno_text() -> str:
 
 
 # -- namespaces ------------------------------------------------------------------------------------
-def enter_namespaces() -> tuple[bool, str]:
-    """unshare() a new PID and network namespace. The caller must fork: its child becomes PID 1."""
+NAMESPACE_SETS = ("pid+net", "net", "pid")  # tried in this order when a GPU driver refuses one
+
+
+def enter_namespaces(which: str = "pid+net") -> tuple[bool, str]:
+    """unshare() new namespaces ("pid+net", "net" or "pid"). After a new PID namespace the caller must
+    fork: its child becomes PID 1."""
     if not sys.platform.startswith("linux"):
         return False, "not Linux"
-    flags = CLONE_NEWPID | CLONE_NEWNET
+    flags = (CLONE_NEWPID if "pid" in which else 0) | (CLONE_NEWNET if "net" in which else 0)
+    if not flags:
+        return False, "none requested"
     if os.geteuid() != 0:
         flags |= CLONE_NEWUSER
     if _lib().unshare(flags) != 0:
         return False, f"unshare failed: {_errno_text()}"
-    return True, "pid+net" + ("+user" if flags & CLONE_NEWUSER else "")
+    return True, which + ("+user" if flags & CLONE_NEWUSER else "")
+
+
+def _probe(which: str, device: str) -> None:
+    """Exit 0 if the device initialises inside these namespaces (run in a throwaway process)."""
+    ok, _ = enter_namespaces(which)
+    if not ok:
+        os._exit(2)
+    pid = os.fork() if "pid" in which else 0
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else 1)
+    try:
+        import torch
+
+        torch.zeros(1, device=device).add_(1).item()
+    except Exception:
+        os._exit(3)
+    os._exit(0)
+
+
+if __name__ == "__main__":  # python -m cuda_l1.evaluate.confine probe pid+net cuda:0
+    if len(sys.argv) == 4 and sys.argv[1] == "probe":
+        _probe(sys.argv[2], sys.argv[3])
+    sys.exit(2)
 
 
 def die_with_parent() -> None:

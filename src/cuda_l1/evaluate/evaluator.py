@@ -149,12 +149,10 @@ class CandidateRun:
         baseline = child.tree()["threads"]
         self.comparisons = []
         for trial in range(cfg.correctness_trials):
-            seed = secrets.randbits(62)
             same = trial % 2 == 1  # odd trials reuse the previous buffers with new values
-            args = self.ref.inputs(seed)
-            structure, ref_leaves = self.ref.outputs(args)
-            oracle = self.ref.oracle(args) if cfg.tolerance.mode == "oracle" else None
-            digest = tensor_digest(args)
+            entry = self.ref.correctness_set(trial, with_oracle=cfg.tolerance.mode == "oracle")
+            seed, structure, oracle, digest = entry["seed"], entry["structure"], entry["oracle"], entry["digest"]
+            ref_leaves = entry["device_leaves"]
             timeout = cfg.first_call_timeout_s if trial == 0 else cfg.call_timeout_s
             reply = child.request({"op": "check", "seed": seed, "same_buffers": same,
                                    "poison_bytes": _leaf_bytes(ref_leaves)}, timeout, _max_reply_bytes(ref_leaves))
@@ -352,9 +350,40 @@ class CandidateRun:
         self.raw = (point, lo, hi, ref_s.median_ms, cand_s.median_ms)
 
 
-def _run_child(ref: PreparedReference, source: str, config: EvalConfig, build) -> tuple[CandidateRun, str]:
+class ChildSupply:
+    """Hands out fresh sandboxed children. With pre-warming, a spare child is started ahead of time so
+    that its interpreter start, torch import and CUDA context creation overlap the previous candidate's
+    evaluation; every candidate still gets a brand-new process."""
+
+    def __init__(self, config: EvalConfig):
+        self.config = config
+        self.prewarm = config.prewarm if config.prewarm is not None else config.device.startswith("cuda")
+        self.spare: ChildProcess | None = None
+
+    def _start(self) -> ChildProcess:
+        return ChildProcess.start(self.config.sandbox, device=self.config.device)
+
+    def take(self) -> ChildProcess:
+        child = self.spare if self.spare is not None and self.spare.exit_info().reason == "running" else None
+        if child is None and self.spare is not None:
+            self.spare.close(graceful=False)
+        self.spare = None
+        if child is None:
+            child = self._start()
+        if self.prewarm:
+            self.spare = self._start()
+        return child
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.close(graceful=False)
+            self.spare = None
+
+
+def _run_child(ref: PreparedReference, source: str, config: EvalConfig, build,
+               supply: ChildSupply | None = None) -> tuple[CandidateRun, str]:
     run = CandidateRun(ref, source, config, build)
-    child = ChildProcess.start(config.sandbox)
+    child = supply.take() if supply is not None else ChildProcess.start(config.sandbox, device=config.device)
     try:
         if run.load(child) and run.correctness(child) and config.timing.enabled:
             run.measure(child)
@@ -366,13 +395,14 @@ def _run_child(ref: PreparedReference, source: str, config: EvalConfig, build) -
     return run, log
 
 
-def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, build) -> Verdict:
+def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, build,
+                       supply: ChildSupply | None = None) -> Verdict:
     started = time.monotonic()
     device = config.device
     verdict = Verdict(status=RUNTIME_ERROR, device=device_name(device), versions=versions(device),
                       task_id=ref.task.id, task_name=ref.task.key, candidate_id=source_id(source))
     findings = static_scan.scan(source)
-    run, log = _run_child(ref, source, config, build)
+    run, log = _run_child(ref, source, config, build, supply)
     checks = list(run.checks.values())
     checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
     verdict.checks, verdict.reasons, verdict.log, verdict.sandbox = checks, run.reasons, log, run.sandbox_report
@@ -394,7 +424,7 @@ def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, 
         suspicious = verdict.speedup > tc.remeasure_above or (
             config.best_known_speedup and verdict.speedup > tc.remeasure_vs_best * config.best_known_speedup)
         if config.remeasure and suspicious:
-            again, _ = _run_child(ref, source, config, build)
+            again, _ = _run_child(ref, source, config, build, supply)
             if again.status is not None:
                 verdict.status = again.status
                 verdict.reasons = ["re-measurement in a fresh process failed: " + "; ".join(again.reasons)]
@@ -433,17 +463,40 @@ class Evaluator:
 
             build = default_builder(self.config)
         self.build = build
+        self.supply: ChildSupply | None = None
 
     def evaluate(self, source: str) -> Verdict:
-        return _evaluate_prepared(self.reference, source, self.config, self.build)
+        if self.supply is None:
+            self.supply = ChildSupply(self.config)
+        return _evaluate_prepared(self.reference, source, self.config, self.build, self.supply)
 
     def evaluate_many(self, sources: Iterable[str]) -> list[Verdict]:
         return [self.evaluate(s) for s in sources]
 
+    def close(self) -> None:
+        """Stop the spare child, if any (also done when the evaluator is garbage-collected)."""
+        if self.supply is not None:
+            self.supply.close()
+            self.supply = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
 
 def evaluate(task: Task, source: str, config: EvalConfig | None = None) -> Verdict:
-    return Evaluator(task, config).evaluate(source)
+    evaluator = Evaluator(task, config)
+    try:
+        return evaluator.evaluate(source)
+    finally:
+        evaluator.close()
 
 
 def evaluate_many(task: Task, sources: Iterable[str], config: EvalConfig | None = None) -> list[Verdict]:
-    return Evaluator(task, config).evaluate_many(sources)
+    evaluator = Evaluator(task, config)
+    try:
+        return evaluator.evaluate_many(sources)
+    finally:
+        evaluator.close()

@@ -69,7 +69,7 @@ def worker_devices(device: str, workers: int | None) -> list[str]:
     return ["cpu"] * max(1, workers or 1)
 
 
-def _failed_verdict(job: EvalJob, message: str) -> Verdict:
+def failed_verdict(job: EvalJob, message: str) -> Verdict:
     return Verdict(status=RUNTIME_ERROR, reasons=[message], task_id=job.task.id, task_name=job.task.key,
                    candidate_id=source_id(job.source))
 
@@ -159,6 +159,9 @@ class LocalPool(EvalPool):
 
     def submit(self, job: EvalJob) -> Future:
         future: Future = Future()
+        if self._closing:
+            future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), "none"))
+            return future
         with self._lock:
             job_id = self._next_id
             self._next_id += 1
@@ -197,7 +200,7 @@ class LocalPool(EvalPool):
                 if job_id in self._futures:
                     _, job, _ = self._futures[job_id]
                     worker = self.workers[index] if index is not None else "?"
-                    verdict = Verdict.from_dict(verdict_dict) if verdict_dict else _failed_verdict(job, error or "")
+                    verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(job, error or "")
                     self._resolve(job_id, verdict, worker)
             self._replace_dead()
 
@@ -215,7 +218,7 @@ class LocalPool(EvalPool):
                 self._futures[job_id] = (future, job, attempts + 1)
                 self._pending.put(job_id)
             else:
-                self._resolve(job_id, _failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate"),
+                self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate"),
                               self.workers[index])
 
     def worker_pids(self) -> list[int]:
@@ -237,7 +240,7 @@ class LocalPool(EvalPool):
         with self._lock:
             for future, job, _ in self._futures.values():
                 if not future.done():
-                    future.set_result(EvalResult(job, _failed_verdict(job, "the pool was closed"), "none"))
+                    future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), "none"))
             self._futures.clear()
 
 

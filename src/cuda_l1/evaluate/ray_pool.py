@@ -28,13 +28,31 @@ from ray import exceptions as ray_errors
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.pool import EvalJob, EvalPool, EvalResult, _failed_verdict
+from cuda_l1.evaluate.pool import EvalJob, EvalPool, EvalResult, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
 
 # An actor that fails to come up this many times in a row is given up (its slot is dropped).
 _START_FAILURES = 3
 # How long dispatching blocks in ray.wait before it looks at new submissions again.
 _POLL_S = 0.2
+
+
+def _recorded_address(timeout_s: float = 2.0) -> str | None:
+    """The address a `ray start` on this host recorded, if something still listens there.
+
+    Ray itself would wait minutes on the address of a cluster that was stopped uncleanly.
+    """
+    try:
+        from ray._private.utils import read_ray_address  # not public API: any failure means "none"
+
+        recorded = read_ray_address()
+        host, _, port = (recorded or "").rpartition(":")
+        if not host or not port.isdigit():
+            return None
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return recorded
+    except Exception:
+        return None
 
 
 def runtime_env_secrets() -> list[str]:
@@ -156,13 +174,14 @@ class RayPool(EvalPool):
         try:
             if address or os.environ.get("RAY_ADDRESS"):
                 ray.init(address=address)
+            elif (recorded := _recorded_address()) is not None:
+                ray.init(address=recorded)
             else:
-                try:
-                    ray.init(address="auto")
-                except ConnectionError:
-                    # A private instance on this host, big enough for the CPU workers asked for.
-                    wanted = cpus_per_worker * max(1, workers or 1) if not device.startswith("cuda") else 0
-                    ray.init(num_cpus=max(os.cpu_count() or 1, int(wanted + 0.999)), include_dashboard=False)
+                # A private instance on this host, big enough for the CPU workers asked for. "local" keeps
+                # Ray from looking for a cluster again (and from hanging on a stale one).
+                wanted = cpus_per_worker * max(1, workers or 1) if not device.startswith("cuda") else 0
+                ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(wanted + 0.999)),
+                         include_dashboard=False)
         except ConnectionError as exc:
             raise UserError(f"could not reach the Ray cluster at {address or os.environ.get('RAY_ADDRESS')}: "
                             f"{exc}") from None
@@ -220,7 +239,8 @@ class RayPool(EvalPool):
         return [dict(s.info) for s in self._slots if s.info and not s.dropped]
 
     def prepared_tasks(self) -> dict[str, list[str]]:
-        """Task ids with a prepared reference, per running actor (by label and pid)."""
+        """Task ids with a prepared reference, per running actor (by label and pid); waits for the
+        candidates in flight, since an actor answers one call at a time."""
         live = [s for s in self._slots if s.info and not s.dropped and s.actor is not None]
         refs = [s.actor.prepared_tasks.remote() for s in live]
         return {f"{s.info['label']}#{s.info['pid']}": ids for s, ids in zip(live, ray.get(refs))}
@@ -231,7 +251,7 @@ class RayPool(EvalPool):
         with self._lock:
             if self._closing or self._unusable:
                 reason = self._unusable or "the pool was closed"
-                future.set_result(EvalResult(job, _failed_verdict(job, reason), "none"))
+                future.set_result(EvalResult(job, failed_verdict(job, reason), "none"))
                 return future
             job_id = self._next_id
             self._next_id += 1
@@ -259,7 +279,7 @@ class RayPool(EvalPool):
             self._pending.clear()
         for future, job, attempts in entries:
             if not future.done():
-                future.set_result(EvalResult(job, _failed_verdict(job, message), "none", attempts))
+                future.set_result(EvalResult(job, failed_verdict(job, message), "none", attempts))
 
     def _assign(self) -> None:
         for slot in self._slots:
@@ -338,7 +358,7 @@ class RayPool(EvalPool):
             entry = self._futures.get(job_id)
         if entry is None:
             return
-        verdict = Verdict.from_dict(verdict_dict) if verdict_dict else _failed_verdict(entry[1], error or "")
+        verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(entry[1], error or "")
         self._resolve(job_id, verdict, label)
 
     def _replace(self, index: int, job_id: int | None, cause: Exception) -> None:
@@ -354,7 +374,7 @@ class RayPool(EvalPool):
                 return
         if entry is not None:
             message = f"the evaluation worker died {entry[2]} times on this candidate (last: {_short(cause)})"
-            self._resolve(job_id, _failed_verdict(entry[1], message), label)
+            self._resolve(job_id, failed_verdict(entry[1], message), label)
 
     def _check_start_deadlines(self) -> None:
         now = time.monotonic()

@@ -47,6 +47,7 @@ class PreparedReference:
         self.oracle_device: str | None = device
         self.flusher = timer.Flusher(device, timer.flush_bytes(device)) if flush_cache else None
         self._last_inputs: list | None = None
+        self.cache_bytes = 2 * 2**30  # budget for correctness sets kept across candidates
 
     # -- values --------------------------------------------------------------------------------------
     def inputs(self, seed: int, same_buffers: bool = False) -> list:
@@ -82,6 +83,34 @@ class PreparedReference:
                 continue
         self.oracle_device = None
         return None
+
+    # -- correctness input sets ------------------------------------------------------------------------
+    def correctness_set(self, trial: int, with_oracle: bool) -> dict:
+        """Seed, reference leaves, oracle leaves and input digest of correctness trial `trial`.
+
+        Kept and reused for later candidates of this task when they are small enough (the reference
+        and oracle runs are most of the parent's work per candidate); the seeds stay secret, and a
+        candidate has no way to pass what it saw to the next one (its scratch directory is deleted
+        and it can write nowhere else)."""
+        cache = self.__dict__.setdefault("_sets", {})
+        if trial in cache:
+            return cache[trial]
+        seed = secrets.randbits(62)
+        args = self.inputs(seed)
+        structure, leaves = self.outputs(args)
+        entry = {
+            "seed": seed,
+            "structure": structure,
+            "leaves": [leaf.detach().cpu() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves],
+            "oracle": self.oracle(args) if with_oracle else None,
+            "digest": inputs_mod.tensor_digest(args),
+            "device_leaves": leaves,
+        }
+        size = sum(x.numel() * x.element_size() for x in entry["leaves"] if isinstance(x, torch.Tensor))
+        if size * 3 <= self.cache_bytes:  # leaves + float64 oracle
+            self.cache_bytes -= size * 3
+            cache[trial] = entry
+        return entry
 
     # -- time ----------------------------------------------------------------------------------------
     def time_once(self, seed: int, same_buffers: bool):

@@ -82,6 +82,32 @@ class SandboxConfig:
     keep_scratch: bool = False  # keep the scratch directory for debugging
 
 
+_NAMESPACES: dict[str, str] = {}
+
+
+def usable_namespaces(device: str | None) -> str:
+    """The strongest namespace set in which this device still initialises (probed once per device):
+    some GPU drivers refuse to start inside a new PID namespace, for one."""
+    key = device or "cpu"
+    if key not in _NAMESPACES:
+        from cuda_l1.evaluate.confine import NAMESPACE_SETS
+
+        chosen = ""
+        for which in NAMESPACE_SETS:
+            if not key.startswith("cuda"):
+                probe = subprocess.run([sys.executable, "-c", "import os\nfrom cuda_l1.evaluate.confine import "
+                                        f"enter_namespaces\nos._exit(0 if enter_namespaces({which!r})[0] else 2)"],
+                                       env=scrubbed_env(tempfile.gettempdir()), capture_output=True, timeout=60)
+            else:
+                probe = subprocess.run([sys.executable, "-m", "cuda_l1.evaluate.confine", "probe", which, key],
+                                       env=scrubbed_env(tempfile.gettempdir()), capture_output=True, timeout=120)
+            if probe.returncode == 0:
+                chosen = which
+                break
+        _NAMESPACES[key] = chosen
+    return _NAMESPACES[key]
+
+
 @dataclass
 class ExitInfo:
     returncode: int | None
@@ -142,7 +168,8 @@ class ChildProcess:
     notes: dict = field(default_factory=dict)
 
     @classmethod
-    def start(cls, config: SandboxConfig, env_extra: dict[str, str] | None = None) -> "ChildProcess":
+    def start(cls, config: SandboxConfig, env_extra: dict[str, str] | None = None,
+              device: str | None = None) -> "ChildProcess":
         self = cls(config)
         self.scratch = tempfile.mkdtemp(prefix="cuda-l1-", dir=config.scratch_root)
         os.chmod(self.scratch, 0o700)
@@ -151,8 +178,11 @@ class ChildProcess:
         c2p_r, c2p_w = os.pipe()
         cmd = [sys.executable, "-u", "-m", "cuda_l1.evaluate.child",
                "--read-fd", str(p2c_r), "--write-fd", str(c2p_w)]
-        if config.namespaces and sys.platform.startswith("linux"):
-            cmd.append("--namespaces")
+        which = usable_namespaces(device) if config.namespaces and sys.platform.startswith("linux") else ""
+        if which:
+            cmd += ["--namespaces", which]
+        if device:
+            cmd += ["--device", device]
         try:
             self.proc = subprocess.Popen(
                 cmd,
@@ -185,7 +215,7 @@ class ChildProcess:
         if self.proc is None:
             return None
         children = _read_proc(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
-        if self.notes.get("namespaces", "").startswith("pid") and children:
+        if "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not") and children:
             return int(children[0])
         return self.proc.pid
 
@@ -268,7 +298,7 @@ class ChildProcess:
         # The namespace wrapper mirrors a signal death as 128+N.
         if code < 0:
             return ExitInfo(code, -code, "exited")
-        if code > 128 and self.notes.get("namespaces", "").startswith("pid"):
+        if code > 128 and "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not"):
             return ExitInfo(code, code - 128, "exited")
         return ExitInfo(code, None, "exited")
 

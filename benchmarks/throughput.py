@@ -1,0 +1,94 @@
+"""Evaluation throughput: candidates per minute on a mixed batch of PyTorch-level candidates over the
+built-in suite, every default check on (a script, not a test). Goal on one H200: >= 60 per minute.
+
+The batch mixes, per task: the eager strategy (correct), a candidate that returns a wrong value
+(incorrect), one that mutates its input (rejected), and one whose forward raises (runtime_error).
+
+    python benchmarks/throughput.py --out benchmarks/results/throughput-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from envinfo import environment  # noqa: E402
+
+from cuda_l1.evaluate.config import EvalConfig  # noqa: E402
+from cuda_l1.evaluate.pool import EvalJob, make_pool  # noqa: E402
+from cuda_l1.strategies import STRATEGIES  # noqa: E402
+from cuda_l1.tasks import load_builtin  # noqa: E402
+
+WRONG = """
+
+class ModelNew(Model):
+    def forward(self, *args):
+        out = super().forward(*args)
+        return [o * 1.01 for o in out] if isinstance(out, (list, tuple)) else out * 1.01
+"""
+MUTATES = """
+
+class ModelNew(Model):
+    def forward(self, *args):
+        out = super().forward(*args)
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                a.mul_(0.5)
+                break
+        return out
+"""
+RAISES = """
+
+class ModelNew(Model):
+    def forward(self, *args):
+        raise RuntimeError("kernel launch failed: invalid configuration")
+"""
+
+
+def batch(tasks) -> list[EvalJob]:
+    jobs = []
+    for task in tasks:
+        jobs.append(EvalJob(task, STRATEGIES["eager"].generate(task), meta={"kind": "eager"}))
+        for kind, tail in (("wrong", WRONG), ("mutates", MUTATES), ("raises", RAISES)):
+            jobs.append(EvalJob(task, task.source + tail, meta={"kind": kind}))
+    return jobs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    args = parser.parse_args()
+    tasks = load_builtin()[: args.limit]
+    jobs = batch(tasks)
+    config = EvalConfig(device=args.device)
+    statuses: Counter = Counter()
+    per_kind: dict = {}
+    started = time.perf_counter()
+    with make_pool("local", args.device, config, args.workers) as pool:
+        for result in pool.run(jobs):
+            statuses[result.verdict.status] += 1
+            per_kind.setdefault(result.job.meta["kind"], Counter())[result.verdict.status] += 1
+            print(f"{result.job.task.key:50s} {result.job.meta['kind']:8s} {result.verdict.status:14s} "
+                  f"{result.verdict.elapsed_s:6.1f}s", flush=True)
+    seconds = time.perf_counter() - started
+    rate = len(jobs) / seconds * 60
+    out = {"environment": environment(), "workers": args.workers, "candidates": len(jobs), "tasks": len(tasks),
+           "seconds": seconds, "candidates_per_minute": rate, "goal_per_minute": 60, "meets_goal": rate >= 60,
+           "statuses": dict(statuses), "statuses_by_kind": {k: dict(v) for k, v in per_kind.items()},
+           "config": {"timing": vars(config.timing), "correctness_trials": config.correctness_trials}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+    print(json.dumps({k: v for k, v in out.items() if k != "environment"}, default=str))
+
+
+if __name__ == "__main__":
+    main()

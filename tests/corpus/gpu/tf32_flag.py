@@ -1,0 +1,16 @@
+# reference: gpu_matmul
+# expect: rejected
+# check: global_state
+# Turns TF32 on for the fp32 matrix product.
+import torch
+import torch.nn as nn
+
+torch.backends.cuda.matmul.allow_tf32 = True
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return a @ b

@@ -1,0 +1,21 @@
+"""A large fp32 matrix product (compute-bound on a GPU)."""
+import torch
+import torch.nn as nn
+
+N = 4096
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return a @ b
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []

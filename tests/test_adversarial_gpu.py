@@ -1,0 +1,98 @@
+"""The adversarial corpus on a CUDA device: the GPU-only cheats and legitimate kernels, the CPU
+corpus again on the GPU, recovery after GPU faults, and identical-code calibration."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus_util import cases
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.evaluator import Evaluator
+from cuda_l1.evaluate.sandbox import SandboxConfig
+
+pytestmark = pytest.mark.gpu
+
+GPU_CASES = {c.name: c for c in cases("gpu")}
+# CPU-only by construction: a C++ loop over host pointers.
+CPU_ON_GPU = {c.name: c for c in cases("cpu") if c.name not in ("cpp_extension",)}
+_evaluators: dict[str, Evaluator] = {}
+
+
+def gpu_config() -> EvalConfig:
+    timing = TimingConfig.quick()
+    timing.max_time_s = 3.0
+    return EvalConfig(device="cuda", timing=timing, call_timeout_s=20.0, first_call_timeout_s=120.0,
+                      sandbox=SandboxConfig(memory_bytes=12 * 2**30, max_processes=24))
+
+
+def evaluator_for(case) -> Evaluator:
+    if case.reference not in _evaluators:
+        _evaluators[case.reference] = Evaluator(case.task(), gpu_config())
+    return _evaluators[case.reference]
+
+
+def check_case(case, verdict) -> None:
+    summary = f"{verdict.status} {verdict.raw_speedup} {verdict.reasons} {[(c.name, c.passed, c.detail[:160]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
+    if case.expect == "not_faster":
+        # Refused, or measured in full and then no faster than the reference.
+        assert verdict.status != "ok" or verdict.raw_speedup <= 1.1, summary
+        return
+    assert verdict.status == case.expect, summary
+    if case.check:
+        check = verdict.check(case.check)
+        assert check is not None and check.passed is False, summary
+    if verdict.status == "ok":
+        if "speedup_at_least" in case.bounds:
+            assert verdict.raw_speedup >= case.bounds["speedup_at_least"], summary
+        if "speedup_at_most" in case.bounds:
+            assert verdict.raw_speedup <= case.bounds["speedup_at_most"], summary
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_gpu_corpus(name, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
+    case = GPU_CASES[name]
+    verdict = evaluator_for(case).evaluate(case.source())
+    check_case(case, verdict)
+    assert "sk-test-" not in verdict.to_json()
+
+
+@pytest.mark.parametrize("name", sorted(CPU_ON_GPU))
+def test_cpu_corpus_on_gpu(name, tmp_path):
+    case = CPU_ON_GPU[name]
+    subs = {"SECRET_FILE": str(tmp_path / "secret"), "TARGET_FILE": str(tmp_path / "escaped"), "PORT": "9"}
+    (tmp_path / "secret").write_text("sk-test-0000")
+    verdict = evaluator_for(case).evaluate(case.source(**subs))
+    if case.expect == "ok" and case.bounds.get("speedup_at_least"):
+        # CPU speedups (library swap, algebra) need not carry over to the GPU; correctness must.
+        assert verdict.status == "ok", verdict.reasons
+        return
+    if case.expect == "incorrect" and verdict.status in ("incorrect", "rejected", "runtime_error"):
+        return  # CPU-made cheats may fail differently on a GPU (device mismatch); they must still fail
+    check_case(case, verdict)
+    assert not (tmp_path / "escaped").exists()
+
+
+@pytest.mark.parametrize("fault", ["illegal_memory_access", "infinite_kernel", "gpu_oom"])
+def test_next_candidate_is_judged_normally_after_a_gpu_fault(fault):
+    case = GPU_CASES[fault]
+    evaluator = evaluator_for(case)
+    bad = evaluator.evaluate(case.source())
+    assert bad.status == case.expect, bad.reasons
+    health = bad.check("gpu_health_after")
+    assert health is None or health.passed
+    good = evaluator.evaluate(case.task().source.replace("class Model(", "class ModelNew("))
+    assert good.status == "ok", good.reasons
+
+
+@pytest.mark.parametrize("name", ["identical_matmul", "identical_small_ops", "identical_relu_add"])
+def test_identical_code_measures_one(name):
+    case = GPU_CASES[name]
+    evaluator = Evaluator(case.task(), EvalConfig(device="cuda"))
+    try:
+        verdict = evaluator.evaluate(case.source())
+    finally:
+        evaluator.close()
+    assert verdict.status == "ok", verdict.reasons
+    assert abs(verdict.raw_speedup - 1.0) <= 0.05, verdict.timing
+    assert verdict.speedup == 1.0 or abs(verdict.speedup - 1.0) <= 0.05

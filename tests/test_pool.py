@@ -1,0 +1,345 @@
+"""Both evaluation pools (local processes and Ray actors) pass the same suite on CPU: statuses of a mixed
+batch, one reference per task per worker, dead workers replaced and their candidate retried once, and
+closing with jobs pending. Workers are killed from outside by pid, as a crash or the OOM killer would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import wait
+from pathlib import Path
+
+import pytest
+
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.pool import EvalJob, make_pool
+from cuda_l1.evaluate.verdict import INCORRECT, OK, RUNTIME_ERROR
+from cuda_l1.tasks import make_task, source_id
+
+try:
+    import ray
+except ImportError:  # the Ray cases skip; CI installs the `ray` extra
+    ray = None
+
+BACKENDS = ["local", "ray"]
+SECRET_NAME = "CUDA_L1_POOLTEST_API_KEY"
+SECRET = "pooltest-secret-7d1f0c"
+SLOW_S = 0.5  # per forward call of the slow candidate: long enough to kill its worker mid-job
+
+# Two references. Model.__init__ runs only where the reference is prepared (a trusted worker), and
+# notes "<task> <pid>" in a file, so a test can count preparations per worker.
+SCALE_REF = '''
+import os
+import torch
+import torch.nn as nn
+
+NOTES = {notes!r}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        try:
+            with open(NOTES, "a") as fh:
+                fh.write(f"scale {{os.getpid()}}\\n")
+        except OSError:
+            pass
+
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+AFFINE_REF = '''
+import os
+import torch
+import torch.nn as nn
+
+NOTES = {notes!r}
+
+
+class Model(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.linear = nn.Linear(n_in, n_out)
+        try:
+            with open(NOTES, "a") as fh:
+                fh.write(f"affine {{os.getpid()}}\\n")
+        except OSError:
+            pass
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(3, 8)]
+
+
+def get_init_inputs():
+    return [8, 4]
+'''
+
+CANDIDATE = '''
+import ctypes
+import os
+import time
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *init):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        out = {expr}
+        {tail}
+        return out
+'''
+
+SHAPES = {
+    "scale": {"init": "pass", "expr": "torch.relu(x) * 2"},
+    "affine": {"init": "self.linear = nn.Linear(*init)", "expr": "torch.tanh(self.linear(x))"},
+}
+TAILS = {
+    "correct": ("pass", OK),
+    "wrong_shape": ("out = out[:-1]", INCORRECT),
+    "raises": ('raise RuntimeError("this candidate fails on purpose")', RUNTIME_ERROR),
+    "segfault": ("ctypes.string_at(0)", RUNTIME_ERROR),
+    # Correct unless the driver's credential reached the candidate's environment.
+    "snoop": (f"out = out + 1 if any({SECRET!r} in v for v in os.environ.values()) else out", OK),
+    "slow": (f"time.sleep({SLOW_S})", OK),
+}
+
+
+def candidate(shape: str, kind: str) -> str:
+    return CANDIDATE.format(tail=TAILS[kind][0], **SHAPES[shape])
+
+
+def make_tasks(notes: Path) -> dict:
+    return {"scale": make_task(SCALE_REF.format(notes=str(notes)), name="scale", level=1, origin="test:scale"),
+            "affine": make_task(AFFINE_REF.format(notes=str(notes)), name="affine", level=1, origin="test:affine")}
+
+
+def quick_config() -> EvalConfig:
+    timing = TimingConfig.quick()
+    timing.enabled = False  # correctness only: no test here needs a speedup
+    return EvalConfig(device="cpu", timing=timing, correctness_trials=3, call_timeout_s=30.0,
+                      first_call_timeout_s=60.0)
+
+
+# -- fixtures --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def driver_secret():
+    """A credential in the driver's environment before any worker or Ray node starts."""
+    os.environ[SECRET_NAME] = SECRET
+    yield
+    os.environ.pop(SECRET_NAME, None)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(driver_secret):
+    """A small local Ray instance shared by the module's Ray cases (pools must leave it running)."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 2**20)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    if request.param == "ray":
+        if ray is None:
+            pytest.skip("ray is not installed (pip install 'cuda-l1[ray]')")
+        request.getfixturevalue("ray_cluster")
+    return request.param
+
+
+@pytest.fixture
+def tasks(tmp_path) -> dict:
+    return make_tasks(tmp_path / "prepared.txt")
+
+
+def open_pool(backend: str, workers: int):
+    pool = make_pool(backend, device="cpu", config=quick_config(), workers=workers)
+    assert len(pool.workers) == workers
+    return pool
+
+
+# -- watching workers from outside ---------------------------------------------------------------------
+def _sandbox_children(pid: int) -> list[int]:
+    """Candidate children (sandbox harness processes) that the worker `pid` has started."""
+    found = []
+    for task_dir in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task_dir / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"cuda_l1.evaluate.child" in cmdline:
+                found.append(int(child))
+    return found
+
+
+def busy_worker(pool, exclude: set[int] = frozenset(), timeout: float = 90.0) -> int:
+    """Pid of a worker that is judging a candidate right now (it has a sandbox child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in pool.worker_pids():
+            if pid not in exclude and _sandbox_children(pid):
+                return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no worker started judging a candidate within {timeout:.0f} s")
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+# -- the suite -------------------------------------------------------------------------------------------
+def test_batch_statuses_and_every_job_answered_once(backend, tasks):
+    jobs, expected = [], {}
+    for shape, task in tasks.items():
+        for kind in ("correct", "wrong_shape", "raises", "segfault", "snoop"):
+            meta = {"shape": shape, "kind": kind, "index": len(jobs)}
+            jobs.append(EvalJob(task, candidate(shape, kind), key=f"{shape}/{kind}", meta=meta))
+            expected[f"{shape}/{kind}"] = (TAILS[kind][1], dict(meta))
+    with open_pool(backend, workers=2) as pool:
+        results = list(pool.run(jobs))
+        workers = set(pool.workers)
+        pids = pool.worker_pids()
+        # The credential did reach the trusted workers, so the snoop candidates did test the sandbox.
+        assert any(SECRET.encode() in Path(f"/proc/{pid}/environ").read_bytes() for pid in pids)
+    assert sorted(r.job.key for r in results) == sorted(expected)  # every job exactly once
+    for result in results:
+        status, meta = expected[result.job.key]
+        assert result.verdict.status == status, (result.job.key, result.verdict.reasons)
+        assert result.job.meta == meta
+        assert result.verdict.task_id == result.job.task.id
+        assert result.verdict.candidate_id == source_id(result.job.source)
+        assert result.attempts == 1
+        assert result.worker in workers
+    wrong = next(r for r in results if r.job.key == "affine/wrong_shape")
+    assert wrong.verdict.check("shape").passed is False
+
+
+def test_reference_prepared_once_per_task_per_worker(backend, tmp_path, tasks):
+    jobs = [EvalJob(task, candidate(shape, "correct"), key=f"{shape}/{i}")
+            for i in range(3) for shape, task in tasks.items()]
+    with open_pool(backend, workers=2) as pool:
+        results = list(pool.run(jobs))
+        pids = set(pool.worker_pids())
+    assert [r.verdict.status for r in results] == [OK] * len(jobs)
+    notes = [tuple(line.split()) for line in (tmp_path / "prepared.txt").read_text().splitlines()]
+    prepared = [(name, int(pid)) for name, pid in notes]
+    assert {pid for _, pid in prepared} <= pids  # only the trusted workers built a reference
+    assert len(prepared) == len(set(prepared))  # never twice for one task on one worker
+    assert {name for name, _ in prepared} == set(tasks)
+    assert len(prepared) < len(jobs)
+
+
+def test_killed_worker_is_replaced_and_its_candidate_retried(backend, tasks):
+    task = tasks["scale"]
+    job = EvalJob(task, candidate("scale", "slow"), meta={"case": "retried"})
+    with open_pool(backend, workers=1) as pool:
+        future = pool.submit(job)
+        victim = busy_worker(pool)
+        kill(victim)
+        result = future.result(timeout=180)
+        assert result.verdict.status == OK, result.verdict.reasons
+        assert result.attempts == 2
+        assert result.job.meta == {"case": "retried"}
+        assert victim not in pool.worker_pids()
+        # The replacement keeps serving.
+        again = pool.submit(EvalJob(task, candidate("scale", "correct"))).result(timeout=120)
+        assert again.verdict.status == OK and again.attempts == 1
+
+
+def test_worker_dying_twice_gives_runtime_error(backend, tasks):
+    task = tasks["scale"]
+    with open_pool(backend, workers=1) as pool:
+        future = pool.submit(EvalJob(task, candidate("scale", "slow")))
+        first = busy_worker(pool)
+        kill(first)
+        second = busy_worker(pool, exclude={first})
+        kill(second)
+        result = future.result(timeout=180)
+        assert result.verdict.status == RUNTIME_ERROR
+        assert result.attempts == 2
+        assert any("worker died 2 times" in reason for reason in result.verdict.reasons), result.verdict.reasons
+        after = pool.submit(EvalJob(task, candidate("scale", "correct"))).result(timeout=120)
+        assert after.verdict.status == OK
+
+
+def test_close_with_pending_jobs_answers_them(backend, tasks):
+    task = tasks["scale"]
+    pool = open_pool(backend, workers=1)
+    futures = [pool.submit(EvalJob(task, candidate("scale", "slow"), key=f"pending-{i}")) for i in range(4)]
+    busy_worker(pool)
+    started = time.monotonic()
+    pool.close()
+    assert time.monotonic() - started < 30
+    _, not_done = wait(futures, timeout=5)
+    assert not not_done
+    results = [f.result() for f in futures]
+    assert sorted(r.job.key for r in results) == [f"pending-{i}" for i in range(4)]
+    closed = [r for r in results if r.verdict.status == RUNTIME_ERROR and "closed" in " ".join(r.verdict.reasons)]
+    assert len(closed) >= 3  # the one in flight may or may not have finished
+    if backend == "ray":
+        late = pool.submit(EvalJob(task, candidate("scale", "correct")))
+        assert late.result(timeout=1).verdict.status == RUNTIME_ERROR  # answered at once, not queued forever
+        assert ray.is_initialized()  # an instance the pool did not start is left running
+
+
+# -- Ray only ----------------------------------------------------------------------------------------------
+needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install 'cuda-l1[ray]')")
+
+
+@needs_ray
+def test_ray_pool_refuses_cuda_on_a_cluster_without_gpus(ray_cluster):
+    from cuda_l1.errors import UserError
+
+    with pytest.raises(UserError, match="no GPUs"):
+        make_pool("ray", device="cuda", config=quick_config())
+
+
+@needs_ray
+def test_ray_pool_stops_the_instance_it_started(tmp_path):
+    """In a fresh interpreter: make_pool("ray") starts a private instance and close() stops it."""
+    script = textwrap.dedent(f"""
+        import ray
+        from cuda_l1.evaluate.pool import EvalJob, make_pool
+        from test_pool import candidate, make_tasks, quick_config
+
+        task = make_tasks({str(tmp_path / "notes.txt")!r})["scale"]
+        pool = make_pool("ray", device="cpu", config=quick_config(), workers=1)
+        assert ray.is_initialized()
+        [result] = list(pool.run([EvalJob(task, candidate("scale", "correct"))]))
+        pool.close()
+        print("status", result.verdict.status, "initialized", ray.is_initialized())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "status ok initialized False" in proc.stdout
