@@ -62,11 +62,13 @@ def listener():
 
 
 def _substitutions(case, tmp_path, listener_port=None) -> dict[str, str]:
+    """Values a few candidates need: where the secret file is, the evaluator's pid, a port to probe."""
     subs = {}
     if case.name == "read_credentials":
         secret = tmp_path / "credentials"
         secret.write_text("aws_secret_access_key = sk-test-0123456789\n")
         subs["SECRET_FILE"] = str(secret)
+        subs["EVALUATOR_PID"] = str(os.getpid())
     if case.name == "write_outside":
         subs["TARGET_FILE"] = str(tmp_path / "escaped.txt")
     if case.name == "network_access":
@@ -105,3 +107,18 @@ def test_cpu_corpus(name, tmp_path, monkeypatch, listener):
         assert not (tmp_path / "escaped.txt").exists()
     if case.name == "network_access":
         assert not connections, "the candidate reached a TCP listener on the host"
+
+
+def test_credential_probe_can_see_secrets_when_landlock_is_off(tmp_path, monkeypatch):
+    """The read_credentials candidate is not toothless: without the filesystem confinement it finds the
+    evaluator's key in /proc/<pid>/environ and answers wrongly, so its ok verdict above means something."""
+    if landlock_abi() < 1:
+        pytest.skip("Landlock is not available here")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
+    case = CPU_CASES["read_credentials"]
+    evaluator = Evaluator(case.task(), cpu_config(sandbox=SandboxConfig(landlock=False, memory_bytes=3 * 2**30)))
+    try:
+        verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path)))
+    finally:
+        evaluator.close()
+    assert verdict.status == "incorrect", verdict.reasons

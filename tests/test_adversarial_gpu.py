@@ -3,6 +3,8 @@ corpus again on the GPU, recovery after GPU faults, and identical-code calibrati
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from corpus_util import cases
@@ -58,9 +60,11 @@ def test_gpu_corpus(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(CPU_ON_GPU))
-def test_cpu_corpus_on_gpu(name, tmp_path):
+def test_cpu_corpus_on_gpu(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
     case = CPU_ON_GPU[name]
-    subs = {"SECRET_FILE": str(tmp_path / "secret"), "TARGET_FILE": str(tmp_path / "escaped"), "PORT": "9"}
+    subs = {"SECRET_FILE": str(tmp_path / "secret"), "TARGET_FILE": str(tmp_path / "escaped"), "PORT": "9",
+            "EVALUATOR_PID": str(os.getpid())}
     (tmp_path / "secret").write_text("sk-test-0000")
     verdict = evaluator_for(case).evaluate(case.source(**subs))
     if case.expect == "ok" and case.bounds.get("speedup_at_least"):

@@ -217,15 +217,28 @@ def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: b
     return True, ", ".join(parts)
 
 
+_PROC_SHARED = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems", "devices", "swaps",
+                "sys", "driver", "mounts", "cgroups", "zoneinfo", "vmstat", "buddyinfo", "pressure")
+_ETC_SHARED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "zoneinfo", "nsswitch.conf",
+               "passwd", "group", "hosts", "host.conf", "resolv.conf", "gai.conf", "os-release", "lsb-release",
+               "debian_version", "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "mime.types",
+               "machine-id", "nvidia", "OpenCL", "glvnd", "fonts", "matplotlibrc", "xdg", "profile.d", "python3",
+               "pki", "crypto-policies")
+
+
 def default_read_paths(extra: list[str]) -> list[str]:
     """System and Python directories a child needs to read and execute, and nothing under home dirs
     except the interpreter's own prefix and package directories."""
     import site
     import sysconfig
 
-    paths = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev",
-             "/run", "/var/lib", sys.prefix, sys.base_prefix, sys.exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable))]
+    paths = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/sys", "/dev",
+             sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    # /proc: this process's own entries and system-wide information only. Other processes' entries
+    # (their environ, cmdline, memory) stay closed: the evaluator's own environment may hold keys.
+    paths += ["/proc/self", "/proc/thread-self"] + [f"/proc/{name}" for name in _PROC_SHARED]
+    # /etc: what the loader, libc and Python need, not shadow files, ssh keys or service credentials.
+    paths += [f"/etc/{name}" for name in _ETC_SHARED]
     for key in ("stdlib", "platstdlib", "purelib", "platlib", "include", "scripts", "data"):
         try:
             paths.append(sysconfig.get_path(key))

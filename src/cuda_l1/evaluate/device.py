@@ -24,7 +24,9 @@ def normalize_device(device: str) -> str:
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    # No thread count here: it is an evaluation setting (in the verdict's timing), and the name is how
+    # stored verdicts are found again.
+    return f"cpu ({platform.processor() or platform.machine()})"
 
 
 @functools.lru_cache(maxsize=None)

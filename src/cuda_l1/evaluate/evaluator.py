@@ -346,6 +346,7 @@ class CandidateRun:
             "telemetry": telemetry,
             "throttled": throttled,
             "ci_level": 0.95,
+            "threads": torch.get_num_threads(),
         }
         self.raw = (point, lo, hi, ref_s.median_ms, cand_s.median_ms)
 
