@@ -1,31 +1,44 @@
 """The parent's answer to a child's `load_inline` call: build in trusted code, reply with a path.
 
-The spec arrives from untrusted code, so it is validated (flag policy) by the build layer, compiled with
-a scrubbed environment, and cached by content; the child only ever gets a path to import.
+The arguments arrive from untrusted code, so they are validated (the build layer's flag and source
+policy), compiled with a scrubbed environment, and cached by content; the child only ever gets the
+path of a library to import, in a cache it can read but not write.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from cuda_l1.evaluate.config import EvalConfig
 
 
+def build_cache_dir(config: EvalConfig) -> Path:
+    from cuda_l1.evaluate.build import default_cache_dir
+
+    return Path(config.build_cache_dir).expanduser() if config.build_cache_dir else default_cache_dir()
+
+
 def default_builder(config: EvalConfig) -> Callable[[dict], dict]:
-    def build(spec_dict) -> dict:
+    def build(request: dict) -> dict:
         try:
-            from cuda_l1.evaluate.build import BuildError, ExtensionSpec, build_extension
+            from cuda_l1.evaluate.build import BuildConfig, BuildError, ExtensionSpec, build_extension
         except ImportError as exc:  # pragma: no cover - build layer missing from the install
             return {"ok": False, "log": f"extension builds are not available: {exc}"}
+        args, kwargs = request.get("args") or [], request.get("kwargs") or {}
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            return {"ok": False, "log": "malformed load_inline arguments"}
         try:
-            spec = ExtensionSpec.from_dict(spec_dict)
-            result = build_extension(spec, cache_dir=config.build_cache_dir, device=config.device)
+            spec = ExtensionSpec.from_load_inline_args(*args, **kwargs)
+            result = build_extension(spec, BuildConfig(cache_dir=build_cache_dir(config)))
         except BuildError as exc:
             return {"ok": False, "log": str(exc)}
         except Exception as exc:  # a builder bug must not take the evaluator down with it
             return {"ok": False, "log": f"{type(exc).__name__}: {exc}"}
         if not result.ok:
-            return {"ok": False, "log": result.log}
-        return {"ok": True, "path": str(result.so_path), "module": result.module_name}
+            return {"ok": False, "log": result.error}
+        return {"ok": True, "so_path": result.so_path, "module_name": result.module_name,
+                "is_python_module": result.is_python_module, "cached": result.cached,
+                "build_s": result.timings.get("total_s")}
 
     return build

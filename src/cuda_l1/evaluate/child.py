@@ -209,24 +209,30 @@ class Harness:
         self._install_build_hook()
         return True
 
-    # load_inline is answered by the trusted parent, which builds in its own sandboxed builder.
+    # load_inline is answered by the trusted parent, which checks the arguments, compiles in its own
+    # build layer (cached by content) and replies with a library path; this process only imports it.
     def _install_build_hook(self) -> None:
         try:
             import torch.utils.cpp_extension as cpp_extension
+
+            from cuda_l1.evaluate.build.loader import load_built
         except Exception:  # pragma: no cover - torch without cpp_extension
             return
         chan = self.chan
 
-        def load_inline(*args, **kwargs):
-            from cuda_l1.evaluate.build.loader import load_built_path
-            from cuda_l1.evaluate.build.spec import ExtensionSpec
+        def plain(value):
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            if isinstance(value, dict):
+                return {str(k): plain(v) for k, v in value.items()}
+            return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
-            spec = ExtensionSpec.from_load_inline_args(*args, **kwargs)
-            chan.send({"op": "build", "spec": spec.to_dict()})
+        def load_inline(*args, **kwargs):
+            chan.send({"op": "build", "args": plain(list(args)), "kwargs": plain(kwargs)})
             reply = chan.recv()
             if not reply.header.get("ok"):
                 raise RuntimeError("extension build failed:\n" + str(reply.header.get("log", ""))[-8000:])
-            return load_built_path(reply.header["path"], reply.header["module"])
+            return load_built(reply.header)
 
         cpp_extension.load_inline = load_inline
 

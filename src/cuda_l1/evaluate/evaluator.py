@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 import torch
 
 from cuda_l1.evaluate import static_scan
+from cuda_l1.evaluate.builder import build_cache_dir
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry, device_name, gpu_healthy, normalize_device, versions
 from cuda_l1.evaluate.inputs import tensor_digest
@@ -55,6 +56,7 @@ class CandidateRun:
         self.status: str | None = None
         self.timing: dict = {}
         self.sandbox_report: dict = {}
+        self.builds: list[dict] = []  # extension builds the candidate asked for (timing, cache hits)
         self.rng = random.Random(secrets.randbits(64))
 
     def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
@@ -81,7 +83,7 @@ class CandidateRun:
             "threads": cfg.threads or torch.get_num_threads(),
             "flush_bytes": self.ref.flusher.buffer.numel() * 4 if self.ref.flusher and self.ref.flusher.buffer is not None else 0,
             "landlock": cfg.sandbox.landlock,
-            "read_paths": [cfg.build_cache_dir] if cfg.build_cache_dir else [],
+            "read_paths": [str(build_cache_dir(cfg))],
             "limits": {
                 "cpu_s": cfg.sandbox.cpu_seconds,
                 "file_bytes": cfg.sandbox.file_bytes,
@@ -95,10 +97,11 @@ class CandidateRun:
             msg = child.recv(max(deadline - time.monotonic(), 0.01), max_bytes=16 << 20)
             op = msg.header.get("op")
             if op == "build":
-                reply = self.build(msg.header.get("spec")) if self.build else {"ok": False, "log": "no builder"}
+                started = time.monotonic()
+                reply = self.build(msg.header) if self.build else {"ok": False, "log": "no builder"}
+                self.builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"),
+                                    "seconds": round(time.monotonic() - started, 3)})
                 child.send(reply)
-                if not reply.get("ok"):
-                    self._check("compiles", False, "extension build failed")
                 continue
             if op != "loaded":
                 raise ChildFailure(RUNTIME_ERROR, f"unexpected message {op!r} while loading")
@@ -407,6 +410,8 @@ def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, 
     checks = list(run.checks.values())
     checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
     verdict.checks, verdict.reasons, verdict.log, verdict.sandbox = checks, run.reasons, log, run.sandbox_report
+    if run.builds:
+        verdict.timing["builds"] = run.builds
     if run.status is not None:
         verdict.status = run.status
         if device.startswith("cuda") and run.status in (RUNTIME_ERROR, TIMEOUT):
@@ -420,7 +425,7 @@ def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, 
         verdict.raw_speedup, verdict.ci = point, [lo, hi]
         verdict.reference_ms, verdict.candidate_ms = ref_ms, cand_ms
         verdict.speedup = conservative_speedup(point, lo, hi)
-        verdict.timing = run.timing
+        verdict.timing = {**run.timing, **({"builds": run.builds} if run.builds else {})}
         tc = config.timing
         suspicious = verdict.speedup > tc.remeasure_above or (
             config.best_known_speedup and verdict.speedup > tc.remeasure_vs_best * config.best_known_speedup)
