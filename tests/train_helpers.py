@@ -37,6 +37,14 @@ class ModelNew(nn.Module):
         return self.norm(x)
 ```'''
 
+# The same module, plus a patch that slows the harness's clock: correct outputs, refused as a hack.
+LAYERNORM_HACK = LAYERNORM_ANSWER[: -len("```")] + """
+import time as _clock
+
+_real = _clock.perf_counter
+_clock.perf_counter = lambda: _real() / 100.0
+```"""
+
 # Parses, but cannot be built with the task's constructor arguments: runtime_error.
 BROKEN_ANSWER = '''The reference is simple; a thin wrapper will do.
 
@@ -86,13 +94,22 @@ def write_config(path: Path, data: dict) -> Path:
     return path
 
 
-def steering_kwargs(model_dir: str | Path, answer: str, context: int = 4, bias: float = 30.0) -> dict:
-    """TRL generation_kwargs that make any model with this tokenizer write (variations of) `answer`."""
+def steering_kwargs(model_dir: str | Path, answers: list[str], context: int = 16, bias: float = 30.0) -> dict:
+    """TRL generation_kwargs that make any model with this tokenizer write one of `answers`.
+
+    Every token of every answer gets `bias` added when the `context` tokens before it match; where the
+    answers share a prefix and then diverge, both continuations are boosted alike, so samples pick
+    one of the answers at random (a group of GRPO completions then holds different verdicts).
+    """
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     generation_prompt = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
                                                       tokenize=False)
     tail = tokenizer(generation_prompt, add_special_tokens=False)["input_ids"][-3:]
-    tokens = tail + tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return {"sequence_bias": [[tokens[max(0, j - context):j + 1], bias] for j in range(len(tail), len(tokens))]}
+    keys: dict[tuple, float] = {}
+    for answer in answers:
+        tokens = tail + tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        for j in range(len(tail), len(tokens)):
+            keys[tuple(tokens[max(0, j - context):j + 1])] = bias
+    return {"sequence_bias": [[list(key), value] for key, value in keys.items()]}

@@ -1,0 +1,186 @@
+"""From completions to verdicts: parse, record, evaluate (once per distinct program), record again.
+
+Every stage turns LLM answers into training signal the same way, so this is the one place where a
+completion meets the evaluator and the history store:
+
+    completion text -> parse_completion -> candidate (store) -> pool (sandboxed evaluation) -> verdict (store)
+
+The process that owns a Judge is the only writer of the store. Identical programs (the same code up
+to comments and layout) are evaluated once per batch, and a program the store already judged on the
+same device under the same settings is not evaluated again: GRPO groups and repeated sampling produce
+many duplicates, and each evaluation costs seconds of device time.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cuda_l1.contrastive import parse_completion
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.pool import EvalJob, EvalPool
+from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
+from cuda_l1.store import Origin, Store, norm_hash
+from cuda_l1.tasks import Task
+
+
+@dataclass
+class Attempt:
+    """One completion to judge, with where it came from."""
+
+    task: Task
+    text: str  # the model's whole answer
+    prompt_id: int | None = None  # store id of the prompt that produced it (record_prompt)
+    model: str = ""  # model that wrote it
+    endpoint: str = ""  # endpoint / engine it came from
+    exemplar_ids: list[str] = field(default_factory=list)  # candidates the prompt showed
+    finish_reason: str | None = None  # "stop", "length", ...
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    origin_kind: str = "llm"  # store origin kind ("import": supplied from a file; "strategy": an offline strategy)
+    strategy: str = ""  # offline strategy name when origin_kind is "strategy"
+
+
+@dataclass
+class Outcome:
+    """What the evaluator (or the parser) said about one attempt."""
+
+    attempt: Attempt
+    status: str  # a verdict status, or parse_error
+    speedup: float | None = None  # set when status is ok and timing ran
+    code: str | None = None  # the module that was evaluated
+    analysis: str = ""  # the answer's text outside code blocks
+    candidate_id: str | None = None
+    verdict: Verdict | None = None
+    reused: bool = False  # the verdict came from an earlier evaluation of the same program
+    error: str = ""  # parse error message
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+Progress = Callable[[int], None]  # called with the number of attempts just settled
+
+
+class Judge:
+    """Parse, record and evaluate completions for one run."""
+
+    def __init__(self, store: Store, pool: EvalPool, config: EvalConfig, run_id: int | None,
+                 device_label: str | None = None):
+        self.store = store
+        self.pool = pool
+        self.config = config
+        self.config_key = config.config_key()
+        self.run_id = run_id
+        # The device name verdicts carry (e.g. "NVIDIA H200"); learnt from the first verdict.
+        self.device_label = device_label
+        self.evaluations = 0  # programs actually sent to the evaluator
+
+    def best_speedup(self, task_id: str) -> float | None:
+        best = self.store.best_candidate(task_id, self.device_label) if self.device_label else None
+        return best.speedup if best is not None else None
+
+    def _known(self, task_id: str, code: str) -> Verdict | None:
+        if self.device_label is None:
+            return None
+        return self.store.find_evaluated_duplicate(task_id, code, self.device_label, self.config_key)
+
+    def _record_completion(self, attempt: Attempt, status: str, message: str = "",
+                           candidate_id: str | None = None) -> None:
+        if attempt.prompt_id is None:
+            return
+        self.store.record_completion(
+            attempt.prompt_id, attempt.text, endpoint=attempt.endpoint, model=attempt.model,
+            prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens,
+            latency_s=attempt.latency_s, finish_reason=attempt.finish_reason, parse_status=status,
+            parse_message=message, candidate_id=candidate_id)
+
+    def judge(self, attempts: list[Attempt], progress: Progress | None = None) -> list[Outcome]:
+        """Outcomes in the order of `attempts`. Blocks until every needed evaluation is done."""
+        outcomes: list[Outcome] = []
+        pending: dict[tuple[str, str], list[Outcome]] = {}  # (task id, norm hash) -> outcomes awaiting it
+        futures: dict[tuple[str, str], Future] = {}
+        settled = 0
+        for attempt in attempts:
+            parsed = parse_completion(attempt.text)
+            if not parsed.ok:
+                self._record_completion(attempt, PARSE_ERROR, parsed.error)
+                outcomes.append(Outcome(attempt, PARSE_ERROR, analysis=parsed.analysis, error=parsed.error))
+                settled += 1
+                continue
+            code = parsed.code
+            origin = Origin(kind=attempt.origin_kind, strategy=attempt.strategy, model=attempt.model,
+                            prompt_id=attempt.prompt_id, parent_ids=list(attempt.exemplar_ids))
+            candidate_id, _ = self.store.add_candidate(attempt.task.id, code, origin, run_id=self.run_id)
+            self._record_completion(attempt, OK, candidate_id=candidate_id)
+            outcome = Outcome(attempt, PARSE_ERROR, code=code, analysis=parsed.analysis, candidate_id=candidate_id)
+            outcomes.append(outcome)
+            key = (attempt.task.id, norm_hash(code))
+            if key in pending:
+                pending[key].append(outcome)
+                continue
+            known = self._known(attempt.task.id, code)
+            if known is not None:
+                self._settle(outcome, known, reused=True)
+                settled += 1
+                continue
+            pending[key] = [outcome]
+            job = EvalJob(attempt.task, code, best_known_speedup=self.best_speedup(attempt.task.id),
+                          meta={"candidate_id": candidate_id})
+            futures[key] = self.pool.submit(job)
+            self.evaluations += 1
+        if progress and settled:
+            progress(settled)
+        for key, future in futures.items():
+            result = future.result()
+            first, *rest = pending[key]
+            verdict = result.verdict
+            self.device_label = self.device_label or verdict.device or None
+            self.store.record_verdict(first.candidate_id, verdict, run_id=self.run_id,
+                                      device=verdict.device or "unknown", config_key=self.config_key,
+                                      task_id=first.attempt.task.id)
+            self._settle(first, verdict, reused=False)
+            for outcome in rest:
+                self._settle(outcome, verdict, reused=True)
+            if progress:
+                progress(1 + len(rest))
+        return outcomes
+
+    @staticmethod
+    def _settle(outcome: Outcome, verdict: Verdict, reused: bool) -> None:
+        outcome.status = verdict.status
+        outcome.verdict = verdict
+        outcome.reused = reused
+        speedup = verdict.speedup
+        outcome.speedup = float(speedup) if verdict.ok and speedup is not None and math.isfinite(speedup) else None
+
+
+def rates(outcomes: list[Outcome]) -> dict[str, float]:
+    """Per-batch rates every stage logs: parse, compile (the module imported), executability, correctness.
+
+    compile_rate: the module parsed and imported (not parse_error / compile_error);
+    exec_rate: it also ran to completion on the evaluator's inputs (ok or incorrect);
+    correct_rate: ok (correct, and not a refused hack); rejected_rate: refused hacks.
+    """
+    n = len(outcomes)
+    if n == 0:
+        return {"count": 0}
+    status = [o.status for o in outcomes]
+    speedups = [o.speedup for o in outcomes if o.ok and o.speedup is not None]
+    out = {
+        "count": n,
+        "parse_rate": sum(s != PARSE_ERROR for s in status) / n,
+        "compile_rate": sum(s not in (PARSE_ERROR, "compile_error") for s in status) / n,
+        "exec_rate": sum(s in (OK, "incorrect") for s in status) / n,
+        "correct_rate": sum(s == OK for s in status) / n,
+        "rejected_rate": sum(s == "rejected" for s in status) / n,
+    }
+    if speedups:
+        out["mean_speedup"] = sum(speedups) / len(speedups)
+        out["geomean_speedup"] = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+        out["best_speedup"] = max(speedups)
+    return out

@@ -1,0 +1,44 @@
+"""Config of stage 3, contrastive RL (GRPO): `cuda-l1 train rl --config FILE`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuda_l1.errors import UserError
+from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
+from cuda_l1.train.prompts import PromptSection
+from cuda_l1.train.reward import RewardConfig
+
+VLLM_MODES = ("off", "colocate", "server")
+
+
+@dataclass
+class RLStageConfig:
+    """Stage 3: GRPO on contrastive prompts, rewarded by the evaluator, every verdict written back."""
+
+    model: ModelSection = field(default_factory=ModelSection)  # the policy (e.g. stage 2's final checkpoint)
+    output_dir: str = "runs/rl"  # trainer/ (checkpoints, TensorBoard), final/, rl_metrics.jsonl go here
+    store: str = ""  # history DB ("" = OUTPUT_DIR/history.db); the exemplars come from it and verdicts go to it
+    seed: int = 0  # seed of prompt building (shared by all ranks) and training
+    resume_from_checkpoint: str = ""  # "" (fresh), "latest" (newest checkpoint in trainer/), or a checkpoint path
+    seed_strategies: list[str] = field(default_factory=lambda: ["eager"])  # offline strategies judged first (exemplars)
+    vllm: str = "off"  # generation: off (transformers generate), colocate (vLLM on the training GPUs) or server
+    tasks: TaskSection = field(default_factory=TaskSection)  # which tasks to train on
+    prompt: PromptSection = field(default_factory=PromptSection)  # contrastive prompt settings
+    reward: RewardConfig = field(default_factory=RewardConfig)  # verdict -> reward shaping
+    eval: EvalSection = field(default_factory=EvalSection)  # the evaluator (the reward); keep it off the training GPUs
+    lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
+    trainer: dict = field(default_factory=dict)  # trl.GRPOConfig fields (num_generations, epsilon, beta, max_steps, ...)
+
+    def validate(self) -> None:
+        self.reward.validate()
+        self.prompt.sampler()  # raises UserError on a bad sampler setting
+        if self.vllm not in VLLM_MODES:
+            raise UserError(f"vllm is one of {', '.join(VLLM_MODES)} (got {self.vllm!r}).")
+        if self.prompt.rows_per_task < 1:
+            raise UserError("[prompt] rows_per_task must be at least 1.")
+        if self.prompt.failures < 0:
+            raise UserError("[prompt] failures must be 0 or more.")
+        for key in ("output_dir", "use_vllm", "vllm_mode"):
+            if key in self.trainer:
+                raise UserError(f"[trainer] {key} is set by the stage (output_dir / vllm keys at the top level).")

@@ -1,0 +1,64 @@
+"""Config of stage 2, self-supervised iterative learning: `cuda-l1 train self-improve --config FILE`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuda_l1.errors import UserError
+from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
+from cuda_l1.train.generation import BACKENDS
+
+
+@dataclass
+class GenerationSection:
+    """How the current checkpoint is sampled each round."""
+
+    backend: str = "hf"  # hf (transformers generate), server (OpenAI-compatible endpoint) or vllm (offline engine)
+    samples_per_task: int = 8  # answers sampled per task per round
+    max_new_tokens: int = 4096  # answer length limit
+    temperature: float = 1.0  # sampling temperature
+    top_p: float = 1.0  # nucleus sampling mass
+    batch_size: int = 8  # hf: sequences per generate() call
+    endpoints: str = ""  # server: endpoint list file, used as is when server_command is empty
+    server_command: str = ""  # server: command serving the round's checkpoint, e.g. "vllm serve {model} --port {port}"
+    server_port: int = 8000  # server: the port substituted for {port}
+    server_timeout_s: float = 1800.0  # server: how long to wait for the started server to answer
+    vllm: dict = field(default_factory=dict)  # vllm: vllm.LLM keyword arguments (tensor_parallel_size, ...)
+    gpu_name: str = ""  # GPU named in the prompts ("" = "an NVIDIA CUDA GPU")
+    extra_completions_file: str = ""  # JSONL of {"task": selector, "text": answer} judged with every round's samples
+
+
+@dataclass
+class SelfImproveConfig:
+    """Stage 2: generate with the current model, keep only verified answers, fine-tune on them, repeat.
+
+    This is REINFORCE with a 0/1 reward and no baseline, which reduces to SFT on the successes. The
+    paper keeps it that way on purpose: at this stage most samples fail, and a learned or averaged
+    baseline would be estimated from a handful of noisy successes.
+    """
+
+    model: ModelSection = field(default_factory=ModelSection)  # the starting checkpoint (e.g. stage 1's final/)
+    output_dir: str = "runs/self-improve"  # round-N/ folders, metrics.jsonl, tensorboard/ and state.json go here
+    store: str = ""  # history DB ("" = OUTPUT_DIR/history.db)
+    rounds: int = 3  # generate -> evaluate -> fine-tune rounds
+    accumulate: bool = False  # train on the successes of every round so far (False: this round's only, on-policy)
+    seed: int = 0  # seed of sampling and training (round r uses seed + r)
+    launcher: str = ""  # runs each round's training, e.g. "accelerate launch --config_file z3.yaml" ("": in-process)
+    tasks: TaskSection = field(default_factory=TaskSection)  # which tasks to sample for
+    generation: GenerationSection = field(default_factory=GenerationSection)  # sampling settings
+    eval: EvalSection = field(default_factory=EvalSection)  # the evaluator (the 0/1 reward)
+    lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
+    trainer: dict = field(default_factory=dict)  # trl.SFTConfig fields for each round's fine-tuning
+
+    def validate(self) -> None:
+        if self.rounds < 1:
+            raise UserError(f"rounds must be at least 1 (got {self.rounds}).")
+        g = self.generation
+        if g.backend not in BACKENDS:
+            raise UserError(f"[generation] backend is one of {', '.join(BACKENDS)} (got {g.backend!r}).")
+        if g.samples_per_task < 0 or g.max_new_tokens < 1 or g.batch_size < 1:
+            raise UserError("[generation] samples_per_task must be 0 or more; max_new_tokens and batch_size at least 1.")
+        if g.backend == "server" and not (g.server_command or g.endpoints):
+            raise UserError("[generation] backend 'server' needs server_command or endpoints.")
+        if "output_dir" in self.trainer:
+            raise UserError("[trainer] output_dir is set by the stage (OUTPUT_DIR/round-N/trainer).")
