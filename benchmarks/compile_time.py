@@ -95,7 +95,7 @@ def check_module(module, variant: str) -> None:
 
 
 def summary(runs: list[float]) -> dict:
-    return {"runs_s": [round(r, 3) for r in runs], "median_s": round(statistics.median(runs), 3)}
+    return {"runs_s": [round(r, 6) for r in runs], "median_s": round(statistics.median(runs), 6)}
 
 
 def ours(variant: str, cache_dir: Path, salt: str) -> tuple[float, dict]:
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> dict:
         report["warm_toolchain"] = {**summary(warm), "detail": warm_steps}
         report["cached"] = summary(cached)
         if not args.skip_stock:
-            report["stock_load_inline"] = summary([stock(variant, uuid.uuid4().hex[:8]) for _ in range(args.repeats)])
+            stock_runs = [stock(variant, uuid.uuid4().hex[:8]) for _ in range(args.repeats)]
+            report["stock_load_inline"] = summary(stock_runs)
         if args.cuda_object and detect_toolchain().nvcc:
             report["cuda_object"] = cuda_object(args.repeats)
     finally:

@@ -1,0 +1,262 @@
+"""The build recipe: two translation units compiled in parallel, then one link.
+
+What stock `load_inline` does (ninja over main.cpp and cuda.cu, then link against torch) with the
+same flags and defines, plus what makes it fast:
+- the binding TU (`main.cpp`, c++) and the CUDA TU (`cuda.cu`, nvcc) run as two processes at once;
+- the binding TU loads a precompiled <torch/extension.h> (see `pch.py`);
+- the CUDA TU gets <torch/types.h> instead of <torch/extension.h> when that is safe (`sources.py`);
+- nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200).
+
+Measured on a 2-core EPYC VM (shared, so CPU seconds are the steady figure), gcc 12.2, nvcc 13.0,
+torch 2.13 CPU, `benchmarks/compile_time.py` candidate (one elementwise kernel + one binding):
+  C++-only variant, end to end (median of 3, wall): stock load_inline 13.9 s; here with the PCH
+    built 6.6 s (binding TU 5.5-7.5 s CPU, link 0.3 s); cached < 1 ms; first build of a flag set
+    21.4 s (no PCH yet, and on 2 cores the background PCH build, 37 s CPU, competes with it).
+  CUDA TU (.cu -> .o) with <torch/extension.h> as written, plain nvcc: 53-55 s CPU;
+    slim (<torch/types.h>): 22-24 s CPU; slim + split nvcc: 18.1 s wall on an idle pair of cores
+    (host front end 11.0 s, device chain 7.7 s, then host compile 5.9 s).
+  So a cold CUDA build here is bounded by the .cu TU: ~18 s vs ~55 s; the binding TU runs beside it.
+The module name is `<name>_<key prefix>` so two candidates' modules never collide in one process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuda_l1.evaluate.build.config import BuildConfig
+from cuda_l1.evaluate.build.flags import names_gpu_arch
+from cuda_l1.evaluate.build.pch import PchStore, pch_used, strip_include_trace
+from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
+from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, in_parallel, run_command
+from cuda_l1.evaluate.build.sources import (IMPLICIT_CPP_HEADER, IMPLICIT_CUDA_HEADERS, MISSING_NAME,
+                                            cpp_translation_unit, cuda_translation_unit, declared_module_name)
+from cuda_l1.evaluate.build.spec import ExtensionSpec
+from cuda_l1.evaluate.build.toolchain import Toolchain
+
+RECIPE_VERSION = "2"  # bump whenever the recipe changes what a build produces
+# The defines and options stock load_inline gives every nvcc compile.
+COMMON_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                     "--expt-relaxed-constexpr")
+MAX_ERROR_CHARS = 6000
+
+
+def build_key(spec: ExtensionSpec, toolchain: Toolchain, config: BuildConfig) -> str:
+    """sha256 over the spec, the toolchain (versions, GPU archs) and the recipe."""
+    material = {"recipe": RECIPE_VERSION, "spec": spec.canonical(),
+                "toolchain": toolchain.fingerprint(spec.with_cuda),
+                "slim_cuda_headers": bool(config.slim_cuda_headers and spec.cuda_sources)}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def module_name_for(spec: ExtensionSpec, key: str) -> str:
+    """The Python module name: the one hard-coded in PYBIND11_MODULE(...) if any, else unique."""
+    return declared_module_name(spec.cpp_sources + spec.cuda_sources) or f"{spec.name}_{key[:16]}"
+
+
+@dataclass
+class CompileOutcome:
+    """What a build produced."""
+
+    ok: bool  # the library was linked
+    module_name: str  # name to import it under
+    library: str | None  # file name of the .so inside the build directory
+    error: str  # trimmed compiler/linker messages when not ok
+    log: str  # full commands and outputs
+    transient: bool = False  # timed out, killed or out of memory: says more about the machine, not cached
+    timings: dict = field(default_factory=dict)  # step -> {"wall_s", "cpu_s"}, plus "total_s"
+    notes: dict = field(default_factory=dict)  # pch: used/rejected/building/off/none; cuda_headers
+
+
+def _include_flags(spec_includes, toolchain: Toolchain, with_cuda: bool) -> list[str]:
+    flags = [f"-I{p}" for p in spec_includes]
+    system = list(toolchain.torch_includes)
+    if with_cuda and toolchain.cuda_include and toolchain.cuda_include != "/usr/include":
+        system.append(toolchain.cuda_include)
+    system.append(toolchain.python_include)
+    for inc in system:
+        flags += ["-isystem", inc]
+    return flags
+
+
+def cxx_flags(spec: ExtensionSpec, toolchain: Toolchain, checked: dict) -> list[str]:
+    """Flags of the binding TU, except the module-name define (shared with its PCH)."""
+    return (["-DTORCH_API_INCLUDE_EXTENSION_H"]
+            + _include_flags(checked["includes"], toolchain, spec.with_cuda)
+            + ["-fPIC", f"-std={toolchain.cxx_std}", *checked["cxx"]])
+
+
+def nvcc_command(spec: ExtensionSpec, toolchain: Toolchain, checked: dict, module: str) -> list[str]:
+    user = list(checked["nvcc"])
+    cmd = [toolchain.nvcc or "nvcc", f"-DTORCH_EXTENSION_NAME={module}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+           *_include_flags(checked["includes"], toolchain, True), *COMMON_NVCC_FLAGS]
+    if not names_gpu_arch(user):
+        cmd += toolchain.arch_flags()
+    if not spec.no_implicit_headers:
+        for header in IMPLICIT_CUDA_HEADERS:
+            cmd += ["-include", header]
+    cmd += ["--compiler-options", "-fPIC", *user]
+    if not any(f.startswith(("-std=", "--std=")) for f in user):
+        cmd.append(f"-std={toolchain.cxx_std}")
+    return cmd + ["-c", "cuda.cu", "-o", "cuda.cuda.o"]
+
+
+def link_command(spec: ExtensionSpec, toolchain: Toolchain, checked: dict, objects, library: str) -> list[str]:
+    cmd = [toolchain.cxx, *objects, "-shared", *checked["link"], f"-L{toolchain.torch_lib}", "-lc10"]
+    if spec.with_cuda:
+        cmd.append("-lc10_cuda")
+    cmd.append("-ltorch_cpu")
+    if spec.with_cuda:
+        cmd.append("-ltorch_cuda")
+    cmd += ["-ltorch", "-ltorch_python"]
+    if spec.with_cuda and toolchain.cuda_lib:
+        cmd += [f"-L{toolchain.cuda_lib}", "-lcudart"]
+    return cmd + ["-o", library]
+
+
+def trim_output(text: str, workdir: Path, toolchain: Toolchain) -> str:
+    """The useful part of compiler output: error lines with a little context, paths shortened."""
+    replacements = [(str(workdir) + "/", ""), (str(workdir), "."),
+                    (toolchain.torch_includes[0], "<torch>/include"), (toolchain.python_include, "<python>")]
+    if toolchain.cuda_home:
+        replacements.append((toolchain.cuda_home, "<cuda>"))
+    for old, new in replacements:
+        text = text.replace(old, new)
+    lines = strip_include_trace(text).splitlines()
+    marks = [i for i, line in enumerate(lines)
+             if re.search(r"\berror\b|undefined reference|undefined symbol|ld returned|Killed", line, re.I)]
+    if not marks:
+        keep = lines[-40:]
+    else:
+        chosen: list[int] = []
+        for i in marks:
+            for j in range(max(0, i - 2), min(len(lines), i + 4)):
+                if not chosen or j > chosen[-1]:
+                    chosen.append(j)
+        keep = []
+        prev = -1
+        for j in chosen:
+            if prev >= 0 and j > prev + 1:
+                keep.append("...")
+            keep.append(lines[j])
+            prev = j
+    out = "\n".join(keep)
+    if len(out) > MAX_ERROR_CHARS:
+        out = out[:MAX_ERROR_CHARS] + f"\n... ({len(out) - MAX_ERROR_CHARS} more characters)"
+    return out
+
+
+_RESOURCE_FAILURE = re.compile(r"Killed signal terminated|virtual memory exhausted|out of memory|"
+                               r"Cannot allocate memory|No space left on device")
+
+
+def _transient(res: CommandResult) -> bool:
+    """A failure that a rerun on a healthier machine could turn into a success."""
+    killed = res.returncode < 0 or res.returncode in (137, 143)  # a signal, directly or through sh
+    return res.timed_out or killed or bool(_RESOURCE_FAILURE.search(res.output))
+
+
+def _log_step(res: CommandResult) -> str:
+    return (f"$ {' '.join(res.cmd)}\n{strip_include_trace(res.output)}"
+            f"[{res.name}: exit {res.returncode}{' (timed out)' if res.timed_out else ''}, "
+            f"{res.wall_s:.2f}s wall, {res.cpu_s:.2f}s cpu]\n\n")
+
+
+def _run_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key: str,
+              timings: dict, notes: dict) -> CommandResult:
+    """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc."""
+    # With --threads the candidate asked nvcc to compile several archs at once; keep nvcc's way.
+    wants_threads = any(f.startswith("--threads") for f in cmd)
+    plan = plan_split(cmd, workdir, env, key) if config.split_nvcc and not wants_threads else None
+    notes["nvcc"] = "split" if plan is not None else "plain"
+    if plan is None:
+        return run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key)
+    result, chain_timings = run_split(plan, cmd, cwd=workdir, timeout_s=config.timeout_s, label=key)
+    timings.update(chain_timings)
+    return result
+
+
+def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workdir: Path,
+                      config: BuildConfig, pch_store: PchStore | None) -> CompileOutcome:
+    """Compile and link `spec` inside `workdir` (which must exist and be empty)."""
+    checked = spec.checked_flags()
+    module = module_name_for(spec, key)
+    library = f"{module}{toolchain.ext_suffix}"
+    env = compiler_env(workdir)
+    notes: dict = {}
+    timings: dict = {}
+    log: list[str] = []
+
+    # Binding TU, optionally on top of the precompiled torch/extension.h.
+    base = cxx_flags(spec, toolchain, checked)
+    cpp_cmd = [toolchain.cxx, f"-DTORCH_EXTENSION_NAME={module}", *base]
+    header = None
+    if pch_store is None or config.pch == "off" or spec.no_implicit_headers:
+        notes["pch"] = "off"
+    else:
+        pkey = pch_store.key(toolchain, base)
+        header = pch_store.ready(pkey)
+        if header is None and config.pch == "wait":
+            header = pch_store.build(pkey, toolchain, base, config.timeout_s)
+        elif header is None and not pch_store.failed(pkey):
+            pch_store.build_in_background(pkey, toolchain, base, config.timeout_s)
+            notes["pch"] = "building"
+        notes.setdefault("pch", "none")
+        if header is not None:
+            cpp_cmd += ["-include", str(header), "-Winvalid-pch", "-H"]
+    if header is None and not spec.no_implicit_headers:
+        cpp_cmd += ["-include", IMPLICIT_CPP_HEADER]
+    cpp_cmd += ["-c", "main.cpp", "-o", "main.o"]
+    (workdir / "main.cpp").write_text(cpp_translation_unit(
+        spec.cpp_sources, spec.functions, spec.with_pytorch_error_handling))
+    calls = {"cpp": lambda: run_command("cpp", cpp_cmd, cwd=workdir, env=env, timeout_s=config.timeout_s,
+                                        label=key)}
+    objects = ["main.o"]
+
+    slimmed = False
+    if spec.cuda_sources:
+        text, slimmed = cuda_translation_unit(spec.cuda_sources, config.slim_cuda_headers)
+        (workdir / "cuda.cu").write_text(text)
+        notes["cuda_headers"] = "slim" if slimmed else "as written"
+        cu_cmd = nvcc_command(spec, toolchain, checked, module)
+        calls["cuda"] = lambda: _run_cuda(cu_cmd, workdir, env, config, key, timings, notes)
+        objects.append("cuda.cuda.o")
+
+    results = in_parallel(calls)
+    if header is not None:
+        notes["pch"] = "used" if pch_used(results["cpp"].output) else "rejected"
+    if slimmed and not results["cuda"].ok and not results["cuda"].timed_out \
+            and MISSING_NAME.search(results["cuda"].output):
+        # The slim header may lack a name the full one declares: rebuild exactly as written.
+        log.append(_log_step(results["cuda"]))
+        timings["cuda_slim"] = {"wall_s": round(results["cuda"].wall_s, 3),
+                               "cpu_s": round(results["cuda"].cpu_s, 3)}
+        text, _ = cuda_translation_unit(spec.cuda_sources, False)
+        (workdir / "cuda.cu").write_text(text)
+        notes["cuda_headers"] = "as written (slim failed)"
+        results["cuda"] = _run_cuda(cu_cmd, workdir, env, config, key, timings, notes)
+    for res in results.values():
+        log.append(_log_step(res))
+        timings[res.name] = {"wall_s": round(res.wall_s, 3), "cpu_s": round(res.cpu_s, 3)}
+    failed = [r for r in results.values() if not r.ok]
+    if not failed:
+        link = run_command("link", link_command(spec, toolchain, checked, objects, library), cwd=workdir,
+                           env=env, timeout_s=config.timeout_s, label=key)
+        log.append(_log_step(link))
+        timings["link"] = {"wall_s": round(link.wall_s, 3), "cpu_s": round(link.cpu_s, 3)}
+        if not link.ok:
+            failed = [link]
+    for obj in objects:
+        (workdir / obj).unlink(missing_ok=True)
+    shutil.rmtree(workdir / "nvcc", ignore_errors=True)  # nvcc intermediates (tens of MB)
+    if failed:
+        error = "\n".join(f"[{r.name}] " + ("timed out after {:.0f}s".format(config.timeout_s) if r.timed_out
+                                             else trim_output(r.output, workdir, toolchain)) for r in failed)
+        return CompileOutcome(False, module, None, error, "".join(log),
+                              transient=any(_transient(r) for r in failed), timings=timings, notes=notes)
+    return CompileOutcome(True, module, library, "", "".join(log), timings=timings, notes=notes)

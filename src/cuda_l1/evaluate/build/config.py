@@ -1,0 +1,36 @@
+"""`BuildConfig`: how builds run on this machine (not what they build; that is `ExtensionSpec`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PCH_MODES = ("auto", "wait", "off")
+
+
+def default_cache_dir() -> Path:
+    """$CUDA_L1_CACHE, else ~/.cache/cuda-l1/builds."""
+    env = os.environ.get("CUDA_L1_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "cuda-l1" / "builds"
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Knobs of the build layer; the defaults are what the evaluator uses."""
+
+    cache_dir: str | os.PathLike | None = None  # where builds live; None: default_cache_dir()
+    arch: str | None = None  # GPU archs ("9.0a", "8.0;9.0+PTX"); None: TORCH_CUDA_ARCH_LIST, local GPU, 9.0a
+    pch: str = "auto"  # torch/extension.h precompiled header: "auto" (use if built, else build it in
+    #                    the background and compile without), "wait" (build it first), "off"
+    slim_cuda_headers: bool = True  # give .cu files <torch/types.h> for <torch/extension.h> when safe
+    split_nvcc: bool = True  # run nvcc's host and device front ends side by side (nvcc_split.py)
+    timeout_s: float = 900.0  # limit per compiler or linker command
+    cache_failures: bool = True  # keep compile errors so the same source is never compiled twice
+
+    def __post_init__(self):
+        if self.pch not in PCH_MODES:
+            raise ValueError(f"BuildConfig.pch must be one of {PCH_MODES}, got {self.pch!r}")
+
+    def resolved_cache_dir(self) -> Path:
+        return Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()

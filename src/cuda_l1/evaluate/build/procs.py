@@ -1,0 +1,114 @@
+"""Running compiler commands: in parallel, with a time limit, measuring wall and CPU seconds.
+
+Commands are argv lists, never shell text (the one exception: `nvcc_split` replays the lines
+`nvcc --dryrun` prints, as nvcc itself does; `flags` keeps shell syntax out of nvcc flags).
+Each runs in its own session so a time-out kills the whole compiler pipeline (nvcc forks
+cudafe++, cicc, ptxas, gcc). CPU time comes from `wait4`, so a figure stays comparable on a
+loaded machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_runs: Counter = Counter()
+_runs_lock = threading.Lock()
+
+# The only variables compilers get: nothing that injects flags (NVCC_APPEND_FLAGS, CPATH, ...) and
+# changes the output behind the cache key's back, and no credentials of the trusted process.
+_KEPT_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "USER", "LOGNAME")
+
+
+def compiler_runs(label: str) -> int:
+    """How many commands ran under `label` (a build key, or "pch:<key>") in this process."""
+    with _runs_lock:
+        return _runs[label]
+
+
+def compiler_env(tmpdir: Path) -> dict[str, str]:
+    """The environment compilers run with: a few of ours, C locale, and a private TMPDIR so nvcc's
+    intermediates of parallel builds never meet."""
+    env = {k: v for k, v in os.environ.items() if k in _KEPT_ENV}
+    env["LC_ALL"] = "C"
+    env["TMPDIR"] = str(tmpdir)
+    return env
+
+
+@dataclass
+class CommandResult:
+    """How one command went."""
+
+    name: str  # step name: cpp, cuda, link, pch
+    cmd: list[str]  # argv as run
+    returncode: int  # exit status (-signal when killed)
+    wall_s: float  # elapsed seconds
+    cpu_s: float  # user + system seconds of the command and its children
+    output: str  # stdout and stderr together
+    timed_out: bool  # killed for running past the limit
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_s: float,
+                label: str) -> CommandResult:
+    """Run one command to completion (or until `timeout_s`), output captured through a file."""
+    with _runs_lock:
+        _runs[label] += 1
+    out_path = Path(cwd) / f".{name}.out"
+    start = time.perf_counter()
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    timed_out = threading.Event()
+
+    def _kill():
+        timed_out.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(timeout_s, _kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen consistent
+    wall = time.perf_counter() - start
+    output = out_path.read_text(errors="replace")
+    out_path.unlink(missing_ok=True)
+    return CommandResult(name, list(cmd), proc.returncode, wall, usage.ru_utime + usage.ru_stime,
+                         output, timed_out.is_set())
+
+
+def in_parallel(calls: dict) -> dict:
+    """Run zero-argument callables in threads (each waits on its own processes); results by name."""
+    results: dict = {}
+    errors: list[BaseException] = []
+
+    def _one(name, fn):
+        try:
+            results[name] = fn()
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=_one, args=item, daemon=True) for item in calls.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
