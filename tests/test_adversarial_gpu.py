@@ -23,7 +23,7 @@ _evaluators: dict[str, Evaluator] = {}
 def gpu_config() -> EvalConfig:
     timing = TimingConfig.quick()
     timing.max_time_s = 3.0
-    return EvalConfig(device="cuda", timing=timing, call_timeout_s=20.0, first_call_timeout_s=120.0,
+    return EvalConfig(device="cuda", timing=timing, call_timeout_s=15.0, first_call_timeout_s=40.0,
                       sandbox=SandboxConfig(memory_bytes=12 * 2**30, max_processes=24))
 
 

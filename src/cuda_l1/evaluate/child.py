@@ -357,10 +357,12 @@ class Harness:
         for kept, digest in getattr(self, "kept_digests", []):
             if self.inputs_mod.tensor_digest([kept]) != digest:
                 earlier_changed = True
-        self.kept_outputs += [x for x in leaves if isinstance(x, torch.Tensor) and type(x) is torch.Tensor]
-        self.kept_digests = getattr(self, "kept_digests", []) + [
-            (x, self.inputs_mod.tensor_digest([x])) for x in leaves if isinstance(x, torch.Tensor) and type(x) is torch.Tensor
-        ]
+        # Keep the outputs of the last two calls only: enough to see a buffer being reused, without
+        # hashing every earlier output again on every call.
+        fresh = [x for x in leaves if isinstance(x, torch.Tensor) and type(x) is torch.Tensor]
+        self.kept_outputs = (self.kept_outputs + fresh)[-2 * max(len(fresh), 1):]
+        self.kept_digests = (getattr(self, "kept_digests", []) + [
+            (x, self.inputs_mod.tensor_digest([x])) for x in fresh])[-2 * max(len(fresh), 1):]
         self.send(
             {"op": "checked", "ok": True, "structure": structure, "facts": facts, "metas": metas,
              "input_digest_before": pre, "input_digest_after": post, "earlier_output_changed": earlier_changed,

