@@ -31,7 +31,8 @@ class TimingConfig:
     @classmethod
     def quick(cls) -> "TimingConfig":
         """Short runs for tests and CPU smoke checks."""
-        return cls(warmup_s=0.05, min_warmup_calls=2, min_rounds=8, max_rounds=60, target_rse=0.03,
+        # Enough rounds that a fluke of a few calls cannot make identical code look 30% faster.
+        return cls(warmup_s=0.05, min_warmup_calls=2, min_rounds=20, max_rounds=80, target_rse=0.02,
                    max_time_s=4.0, full_checks=2)
 
 
