@@ -1,0 +1,76 @@
+"""`bench` and `audit` end to end on CPU: a resumable benchmark run and a published-set audit with a
+missing candidate and an exploit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).parent / "corpus"
+REF = (CORPUS / "refs" / "relu_add.py").read_text()
+
+
+def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuda_l1", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def kb_dir(tmp_path):
+    root = tmp_path / "tasks" / "level1"
+    root.mkdir(parents=True)
+    (root / "1_ReluAdd.py").write_text(REF)
+    (root / "2_Softmax.py").write_text((CORPUS / "refs" / "manual_softmax.py").read_text())
+    return tmp_path / "tasks"
+
+
+def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
+    out = tmp_path / "run"
+    first = cli("bench", str(kb_dir), "--strategies", "eager,cudagraph", "--device", "cpu", "--quick",
+                "--out", str(out), "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    result = json.loads(first.stdout)
+    assert result["counts"]["evaluated"] == 2 and any("cudagraph skipped" in n for n in result["notes"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overall"]["n_tasks"] == 2 and summary["overall"]["n_correct"] == 2
+    assert "missing" in json.dumps(summary["rules"])
+    for name in ("results.csv", "report.html", "history.sqlite"):
+        assert (out / name).stat().st_size > 0
+    assert list(out.glob("*.png"))
+    again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json")
+    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0}
+    rebuilt = cli("report", str(out))
+    assert rebuilt.returncode == 0 and "report" in rebuilt.stdout
+
+
+def test_audit_reports_claims_missing_and_exploits(tmp_path):
+    honest = REF.replace("class Model(", "class ModelNew(")
+    exploit = (CORPUS / "cpu" / "input_mutation.py").read_text()
+    records = [
+        {"level_id": 1, "task_id": 1, "ref_code": REF, "custom_code": honest, "score_default": 1.0},
+        {"level_id": 1, "task_id": 2, "ref_code": REF.replace("1 << 20", "1 << 19"), "custom_code": exploit,
+         "score_default": 3.5},
+        {"level_id": 1, "task_id": 3, "ref_code": REF.replace("1 << 20", "1 << 18"), "custom_code": None,
+         "score_default": 2.0},
+    ]
+    path = tmp_path / "solutions.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = tmp_path / "audit"
+    proc = cli("audit", str(path), "--device", "cpu", "--quick", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    totals = json.loads(proc.stdout)["totals"]
+    assert totals["exploit"] == 1 and totals["missing"] == 1 and totals["holds"] + totals["shrinks"] == 1
+    audit = json.loads((out / "audit.json").read_text())
+    by_task = {t["task"]: t for t in audit["tasks"]}
+    assert by_task[2]["status"] == "rejected" and "inputs_unchanged" in by_task[2]["failed_checks"]
+    assert by_task[2]["claimed"] == 3.5 and by_task[2]["measured"] is None
+    assert by_task[3]["outcome"] == "missing"
+    assert "Audit: claimed vs measured" in (out / "report.html").read_text()
+
+
+def test_audit_refuses_a_non_jsonl_file(tmp_path):
+    proc = cli("audit", str(tmp_path / "x.txt"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
