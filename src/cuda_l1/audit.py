@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, device_key,
-                           evaluate_candidates, resolve_device)
+                           evaluate_candidates, resolve_device, write_report)
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
 
@@ -74,8 +74,6 @@ def run_audit(path: str, out_dir: str, *, device: str | None, config: EvalConfig
             rows.append(_row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction))
         rows += [_row(m["task"], m["line"], m["claims"], None, hold_fraction) for m in missing]
         rows.sort(key=lambda r: r["line"])
-        from cuda_l1.bench import write_report
-
         paths = write_report(ctx, f"cuda-l1 audit: {Path(path).name} on {dkey}",
                              [f"A claim holds when measured >= {hold_fraction:g} x claimed and the candidate is verified."])
     finally:

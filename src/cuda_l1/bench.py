@@ -174,14 +174,18 @@ class _progress:
 
 
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
+    return write_run_report(ctx.out_dir, ctx.store.run_results(ctx.run_id), title, notes)
+
+
+def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterable[str] = ()) -> dict:
+    """summary.json, results.csv, report.html and plots, with the scoring rules stated."""
     from cuda_l1.report import write_all
 
-    rows = ctx.store.run_results(ctx.run_id)
     notes = list(notes) + [
         "Speedup = reference time / candidate time, scored toward 1 (the end of the 95% interval nearest 1).",
         "Tasks without a correct candidate count as speedup 1.0 in means (the CUDA-L1 paper's rule).",
     ]
-    return write_all(ctx.out_dir, rows, missing_as=MISSING_RULE, title=title, notes=notes)
+    return write_all(out_dir, rows, missing_as=MISSING_RULE, title=title, notes=notes)
 
 
 def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None, device: str | None,

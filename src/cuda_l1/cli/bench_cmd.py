@@ -106,8 +106,9 @@ def report_command(
     labels: str = typer.Option(None, "--labels", help="Names of the two runs, e.g. H100,H200."),
 ) -> None:
     """Rebuild a run's report from its store; with two runs, compare them per task."""
-    from cuda_l1.bench import STORE_NAME, RunContext, write_report
+    from cuda_l1.bench import STORE_NAME, write_run_report
     from cuda_l1.report import compare_runs, write_comparison
+    from cuda_l1.store import Store
 
     for d in run_dirs:
         if not (d / STORE_NAME).is_file():
@@ -116,18 +117,13 @@ def report_command(
         raise UserError("report takes one run directory, or two to compare.")
     rows = []
     for d in run_dirs:
-        from cuda_l1.store import Store
-
         with Store(d / STORE_NAME) as store:
             runs = store.runs()
             if not runs:
                 raise UserError("the store holds no run.", path=str(d))
             rows.append([r for run in runs for r in store.run_results(run.id)])
     if len(run_dirs) == 1:
-        ctx = RunContext.__new__(RunContext)
-        from cuda_l1.report import write_all
-
-        paths = write_all(run_dirs[0], rows[0], title=f"cuda-l1 report: {run_dirs[0]}")
+        paths = write_run_report(run_dirs[0], rows[0], f"cuda-l1 report: {run_dirs[0]}")
         console.print(f"report: {paths['report']}")
         return
     names = tuple(labels.split(",")) if labels else (run_dirs[0].name, run_dirs[1].name)

@@ -21,8 +21,7 @@ from cuda_l1.evaluate import static_scan
 from cuda_l1.evaluate.builder import build_cache_dir
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry, device_name, gpu_healthy, normalize_device, versions
-from cuda_l1.evaluate.inputs import tensor_digest
-from cuda_l1.evaluate.judge import judge_check, judge_spots
+from cuda_l1.evaluate.judge import judge_check, judge_full, judge_spots
 from cuda_l1.evaluate.precision import spot_bound
 from cuda_l1.evaluate.reference import PreparedReference
 from cuda_l1.evaluate.sandbox import ChildFailure, ChildProcess
@@ -271,32 +270,9 @@ class CandidateRun:
             self._fail("timed_outputs", INCORRECT, problem)
             return
         if "metas" in previous:
-            from cuda_l1.evaluate.channel import ChannelError, decode_tensor
-            from cuda_l1.evaluate.precision import compare
-
-            metas = previous["metas"]
-            leaves = [leaf for leaf in prev_ref_leaves]
-            if len(metas) != len(leaves) or len(reply.blobs) != len(leaves):
-                self._fail("timed_outputs", REJECTED, "a timed call's outputs were reported inconsistently")
-                return
-            for index, (meta, blob, ref) in enumerate(zip(metas, reply.blobs, leaves)):
-                if not isinstance(ref, torch.Tensor):
-                    continue
-                try:
-                    cand = decode_tensor(meta, blob) if meta else None
-                except ChannelError:
-                    cand = None
-                if cand is None or list(cand.shape) != list(ref.shape):
-                    self._fail("timed_outputs", INCORRECT, f"output {index} of a timed call has the wrong shape or type")
-                    return
-                diff = (cand.double() - ref.detach().cpu().double()).abs()
-                both_nan = torch.isnan(cand.double()) & torch.isnan(ref.detach().cpu().double())
-                diff[both_nan] = 0
-                if torch.isnan(diff).any() or (diff > bound).any():
-                    worst = float(torch.nan_to_num(diff, nan=float("inf")).max())
-                    self._fail("timed_outputs", INCORRECT,
-                               f"output {index} of a timed call differs from the reference by {worst:.3g} (allowed {bound:.3g})")
-                    return
+            wrong = judge_full(previous["metas"], reply.blobs, prev_ref_leaves, bound)
+            if wrong:
+                self._fail("timed_outputs", *wrong)
 
     def _finish_timing(self, ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched, ipc_ms, telemetry):
         tc = self.config.timing

@@ -109,6 +109,17 @@ def judge_check(reply: Message, ref_structure, ref_leaves: list, oracle_leaves: 
     return j
 
 
+def _beyond(got: torch.Tensor, expect: torch.Tensor, bound: float) -> float | None:
+    """Largest difference if any element is further than `bound` from the reference (NaN matching NaN
+    counts as equal), else None."""
+    got, expect = got.double(), expect.double()
+    diff = (got - expect).abs()
+    diff[torch.isnan(got) & torch.isnan(expect)] = 0.0
+    if torch.isnan(diff).any() or (diff > bound).any():
+        return float(torch.nan_to_num(diff, nan=float("inf")).max())
+    return None
+
+
 def judge_spots(values: list, ref_leaves: list, positions: list, bound: float) -> str | None:
     """Spot values of one timed call against the reference output of the same round."""
     for index, (vals, ref, pos) in enumerate(zip(values, ref_leaves, positions)):
@@ -117,12 +128,28 @@ def judge_spots(values: list, ref_leaves: list, positions: list, bound: float) -
         if not isinstance(vals, list) or len(vals) != len(pos):
             return f"output {index}: spot values missing"
         flat = ref.detach().reshape(-1)
-        expect = flat[torch.tensor([p % flat.numel() for p in pos], device=flat.device)].double().cpu()
-        got = torch.tensor([float(v) for v in vals], dtype=torch.float64)
-        both_nan = torch.isnan(got) & torch.isnan(expect)
-        diff = (got - expect).abs()
-        diff[both_nan] = 0.0
-        if torch.isnan(diff).any() or (diff > bound).any():
-            worst = float(torch.nan_to_num(diff, nan=float("inf")).max())
+        expect = flat[torch.tensor([p % flat.numel() for p in pos], device=flat.device)].cpu()
+        worst = _beyond(torch.tensor([float(v) for v in vals], dtype=torch.float64), expect, bound)
+        if worst is not None:
             return f"output {index}: a timed call's output differs from the reference by {worst:.3g} (allowed {bound:.3g})"
+    return None
+
+
+def judge_full(metas: list, blobs: list[bytes], ref_leaves: list, bound: float) -> tuple[str, str] | None:
+    """A timed call's whole outputs against the reference output of the same round:
+    (status, reason) when they are wrong, None when they hold."""
+    if len(metas) != len(ref_leaves) or len(blobs) != len(ref_leaves):
+        return REJECTED, "a timed call's outputs were reported inconsistently"
+    for index, (meta, blob, ref) in enumerate(zip(metas, blobs, ref_leaves)):
+        if not isinstance(ref, torch.Tensor):
+            continue
+        try:
+            cand = decode_tensor(meta, blob) if meta else None
+        except ChannelError:
+            cand = None
+        if cand is None or list(cand.shape) != list(ref.shape):
+            return INCORRECT, f"output {index} of a timed call has the wrong shape or type"
+        worst = _beyond(cand, ref.detach().cpu(), bound)
+        if worst is not None:
+            return INCORRECT, f"output {index} of a timed call differs from the reference by {worst:.3g} (allowed {bound:.3g})"
     return None

@@ -19,7 +19,7 @@ from cuda_l1.bench import (
     evaluate_candidates,
     resolve_device,
     strategy_candidates,
-    write_report,
+    write_run_report,
 )
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
@@ -40,21 +40,6 @@ NO_ENDPOINT_HINT = (
     "read from --api-key-env, default OPENAI_API_KEY) or --endpoints FILE (several endpoints); "
     "see docs/optimize.md."
 )
-
-
-class _RunView:
-    """What `bench.write_report` reads from a run context, plus this run's unusable completions.
-
-    The store holds verdicts for candidates only; a completion without usable code has no candidate,
-    yet it is a failed attempt that the report must count, so it is added as a parse_error row.
-    """
-
-    def __init__(self, ctx: RunContext, extra_rows: list[dict]):
-        self.out_dir, self.run_id, self.store = ctx.out_dir, ctx.run_id, self
-        self._store, self._extra = ctx.store, extra_rows
-
-    def run_results(self, run_id: int) -> list[dict]:
-        return self._store.run_results(run_id) + self._extra
 
 
 def _states(ctx: RunContext, tasks: list[Task], config: SearchConfig, spent: dict[str, int],
@@ -160,8 +145,11 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
         completions = run_completions(ctx.store.path, ctx.run_id)
         solutions = ctx.out_dir / SOLUTIONS_NAME
         n_solutions = ctx.store.export_solutions_jsonl(solutions, run_id=ctx.run_id, device=dkey)
+        # A completion without usable code has no candidate (so no verdict row), yet it is a failed
+        # attempt the report must count: it is added as a parse_error row.
         extra = parse_error_rows(completions, {t.id: t for t in tasks}, dkey)
-        paths = write_report(_RunView(ctx, extra), f"cuda-l1 optimize: {source} on {dkey}", notes)
+        rows = ctx.store.run_results(ctx.run_id) + extra
+        paths = write_run_report(ctx.out_dir, rows, f"cuda-l1 optimize: {source} on {dkey}", notes)
         paths = {k: str(v) for k, v in paths.items()}
         paths.update(solutions=str(solutions), events=str(events.path), store=str(ctx.store.path))
         result = {
