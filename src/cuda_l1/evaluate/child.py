@@ -266,7 +266,7 @@ class Harness:
             self.send({"op": "loaded", "ok": False, "kind": "runtime_error",
                        "message": "ModelNew(*get_init_inputs()) failed:\n" + _short_traceback(exc)})
             return
-        self.send({"op": "loaded", "ok": True, "sandbox": self.sandbox, "pid": os.getpid(),
+        self.send({"op": "loaded", "ok": True, "pid": os.getpid(),
                    "state_changes": state_changes(self.state0, self.guard_extra)})
 
     # -- calls -------------------------------------------------------------------------------------
@@ -506,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 - the harness itself could not start here
         chan.send({"op": "loaded", "ok": False, "kind": "harness_error", "message": _short_traceback(exc)})
         os._exit(4)
+    # What confinement is in force is reported before any candidate code runs, so it cannot be forged.
+    chan.send({"op": "confined", "sandbox": harness.sandbox})
     harness.load()
     harness.serve()
     sys.stdout.flush()

@@ -92,22 +92,31 @@ class CandidateRun:
             },
         })
         deadline = time.monotonic() + cfg.load_timeout_s
+        confined = False
         while True:
             msg = child.recv(max(deadline - time.monotonic(), 0.01), max_bytes=16 << 20)
             op = msg.header.get("op")
             if op == "build":
+                if not confined:
+                    raise ChildFailure(RUNTIME_ERROR, "a build was requested before confinement was reported")
                 started = time.monotonic()
                 reply = self.build(msg.header) if self.build else {"ok": False, "log": "no builder"}
                 self.builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"),
                                     "seconds": round(time.monotonic() - started, 3)})
                 child.send(reply)
                 continue
+            if op == "confined":
+                if confined:  # only the report sent before the candidate was imported counts
+                    raise ChildFailure(RUNTIME_ERROR, "a second confinement report arrived: protocol violated")
+                confined = True
+                report = msg.header.get("sandbox")
+                self.sandbox_report = report if isinstance(report, dict) else {}
+                child.notes = {k: str(v) for k, v in self.sandbox_report.items()}
+                continue
             if op != "loaded":
                 raise ChildFailure(RUNTIME_ERROR, f"unexpected message {op!r} while loading")
             break
         h = msg.header
-        self.sandbox_report = h.get("sandbox", {}) if isinstance(h.get("sandbox"), dict) else {}
-        child.notes = {k: str(v) for k, v in self.sandbox_report.items()}
         if not h.get("ok"):
             kind = h.get("kind")
             message = str(h.get("message", ""))[-4000:]
