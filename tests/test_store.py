@@ -324,23 +324,33 @@ def _writer_round(db: Path, total: int, rng: random.Random, mode: str) -> list[s
     proc = subprocess.Popen([sys.executable, str(WRITER), str(db), str(total)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
-    first_record = threading.Event()
+    # Loop kills land after a random number of this writer's own verdicts, not after a random time: a
+    # fast disk can commit the whole run within any fixed sleep, and then no kill lands mid-run.
+    kill_after = rng.randint(1, 12)
+    seen_records = 0
+    enough_records = threading.Event()
+    any_record = threading.Event()
 
     def read() -> None:
+        nonlocal seen_records
         for line in proc.stdout:
             if line.endswith("\n"):  # a line cut by the kill is not a claim
                 lines.append(line.strip())
-            if line.startswith("recorded") or line.strip() == "done":  # a writer with nothing left says done
-                first_record.set()
+            if line.startswith("recorded"):
+                seen_records += 1
+                any_record.set()
+            if seen_records >= kill_after or line.strip() == "done":  # a writer with nothing left says done
+                enough_records.set()
 
     reader = threading.Thread(target=read)
     reader.start()
     if mode == "startup":
-        time.sleep(rng.uniform(0.0, 0.3))  # anywhere from interpreter start to migration to the loop
+        # Anywhere from interpreter start to migration to the loop, but no later than the first verdict:
+        # a fast writer would otherwise finish the whole run before a startup kill.
+        any_record.wait(rng.uniform(0.0, 0.3))
         os.kill(proc.pid, signal.SIGKILL)
     elif mode == "loop":
-        assert first_record.wait(30), proc.stderr.read() if proc.poll() is not None else "writer stalled"
-        time.sleep(rng.uniform(0.0, 0.05))
+        assert enough_records.wait(30), proc.stderr.read() if proc.poll() is not None else "writer stalled"
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     reader.join(timeout=60)
