@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import random
@@ -251,6 +253,33 @@ def test_reference_timing_cache(store):
     assert store.reference_timing(TASK_A.id, "NVIDIA H200", versions) is None
     store.save_reference_timing(TASK_A.id, "cpu", versions, {"median_ms": 1.9})
     assert store.reference_timing(TASK_A.id, "cpu", versions) == {"median_ms": 1.9}
+
+
+def test_correct_verdicts_keep_the_reference_timing_and_flag_a_disturbed_window(store):
+    torch_a, torch_b = {"torch": "2.13.0", "cuda": "12.8"}, {"torch": "2.14.0", "cuda": "12.8"}
+
+    def judged(i: int, reference_ms: float, versions: dict = torch_a, status: str = "ok"):
+        cid, _ = store.add_candidate(TASK_A.id, code(500 + i), "manual")
+        verdict = dataclasses.replace(ok(1.5), reference_ms=reference_ms, versions=versions, status=status)
+        assert store.record_verdict(cid, verdict, device="cpu")
+        return store.verdict_for(cid, "cpu").check("reference_stable")
+
+    first = judged(0, 2.0)
+    assert first.passed is None and "first reference timing" in first.detail and first.blocking is False
+    assert judged(1, 2.1).passed is True  # +5%: a normal window
+    assert judged(2, 1.95).passed is True
+    slow = judged(3, 2.6)  # +30% against the median of 2.0, 2.1, 1.95
+    assert slow.passed is False and "+30.0%" in slow.detail and "disturbed" in slow.detail
+    assert judged(4, 2.0, status="incorrect") is None  # only correct verdicts carry a reference time
+    stored = store.reference_timing_for(TASK_A.id, "cpu", torch_a)
+    assert stored["samples_ms"] == [2.0, 2.1, 1.95, 2.6] and stored["median_ms"] == 2.1
+    # New software versions start a new yardstick instead of being compared with the old one.
+    assert judged(5, 4.0, versions=torch_b).passed is None
+    assert store.reference_timing_for(TASK_A.id, "cpu", torch_b)["samples_ms"] == [4.0]
+    # A verdict already on file changes nothing, not even the samples.
+    cid, _ = store.add_candidate(TASK_A.id, code(500), "manual")
+    assert not store.record_verdict(cid, dataclasses.replace(ok(1.5), reference_ms=9.0, versions=torch_a), device="cpu")
+    assert store.reference_timing_for(TASK_A.id, "cpu", torch_a)["samples_ms"] == [2.0, 2.1, 1.95, 2.6]
 
 
 def test_run_results_resume_and_export(store, tmp_path):

@@ -9,6 +9,7 @@ candidate runs only in a child (sandbox.py / child.py).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import secrets
 import statistics
@@ -384,8 +385,36 @@ def _run_child(ref: PreparedReference, source: str, config: EvalConfig, build,
     return run, log
 
 
+def needs_remeasure(verdict: Verdict, config: EvalConfig, best_known: float | None = None) -> bool:
+    """The re-measure rule: a speedup above `remeasure_above`, or above `remeasure_vs_best` times the
+    best known for the task, counts only after a second measurement in a fresh process agrees."""
+    if verdict.status != OK or verdict.speedup is None:
+        return False
+    tc, best = config.timing, best_known if best_known is not None else config.best_known_speedup
+    return verdict.speedup > tc.remeasure_above or bool(best and verdict.speedup > tc.remeasure_vs_best * best)
+
+
+def merge_remeasure(first: Verdict, again: Verdict, where: str) -> Verdict:
+    """Combine a suspicious verdict with its re-measurement: the lower speedup counts, and a second
+    run that is not ok makes the whole verdict not ok. `where` says which process/device re-measured."""
+    merged = dataclasses.replace(first, timing=dict(first.timing), checks=list(first.checks),
+                                 reasons=list(first.reasons))
+    if again.status != OK:
+        merged.status, merged.speedup = again.status, None
+        merged.reasons = [f"re-measurement in a fresh process ({where}) failed: " + "; ".join(again.reasons)]
+        merged.checks += [c for c in again.checks if c.passed is False]
+        return merged
+    merged.timing["remeasured"] = {"speedup": again.speedup, "raw_speedup": again.raw_speedup, "ci": again.ci,
+                                   "reference_ms": again.reference_ms, "candidate_ms": again.candidate_ms,
+                                   "device": again.device, "where": where}
+    if again.speedup is not None and (merged.speedup is None or again.speedup < merged.speedup):
+        merged.speedup, merged.raw_speedup, merged.ci = again.speedup, again.raw_speedup, again.ci
+        merged.reference_ms, merged.candidate_ms = again.reference_ms, again.candidate_ms
+    return merged
+
+
 def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, build,
-                       supply: ChildSupply | None = None) -> Verdict:
+                       supply: ChildSupply | None = None, remeasure: bool = True) -> Verdict:
     started = time.monotonic()
     device = config.device
     verdict = Verdict(status=RUNTIME_ERROR, device=device_name(device), versions=versions(device),
@@ -411,22 +440,9 @@ def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, 
         verdict.reference_ms, verdict.candidate_ms = ref_ms, cand_ms
         verdict.speedup = conservative_speedup(point, lo, hi)
         verdict.timing = {**run.timing, **({"builds": run.builds} if run.builds else {})}
-        tc = config.timing
-        suspicious = verdict.speedup > tc.remeasure_above or (
-            config.best_known_speedup and verdict.speedup > tc.remeasure_vs_best * config.best_known_speedup)
-        if config.remeasure and suspicious:
-            again, _ = _run_child(ref, source, config, build, supply)
-            if again.status is not None:
-                verdict.status = again.status
-                verdict.reasons = ["re-measurement in a fresh process failed: " + "; ".join(again.reasons)]
-                verdict.speedup = None
-            else:
-                p2, lo2, hi2, r2, c2 = again.raw
-                second = conservative_speedup(p2, lo2, hi2)
-                verdict.timing["remeasured"] = {"speedup": second, "raw_speedup": p2, "ci": [lo2, hi2]}
-                if second < verdict.speedup:
-                    verdict.speedup, verdict.raw_speedup, verdict.ci = second, p2, [lo2, hi2]
-                    verdict.reference_ms, verdict.candidate_ms = r2, c2
+        if remeasure and config.remeasure and needs_remeasure(verdict, config):
+            again = _evaluate_prepared(ref, source, config, build, supply, remeasure=False)
+            verdict = merge_remeasure(verdict, again, f"same device, {device}")
     verdict.elapsed_s = time.monotonic() - started
     return verdict
 

@@ -8,6 +8,10 @@ A worker is a trusted process: it prepares references (once per task) and judges
 which runs in its own sandboxed child. A worker that dies is replaced and its candidate retried once;
 a second death becomes a runtime_error verdict. The Ray backend (ray_pool.py) offers the same interface
 across hosts.
+
+The local pool also compiles queued candidates' extensions ahead on the CPU cores (prebuild.py) and
+dispatches only candidates whose builds are done, and it has a suspicious speedup (the re-measure
+rule) confirmed by a different worker, so on a multi-GPU host by a different GPU.
 """
 
 from __future__ import annotations
@@ -134,14 +138,31 @@ class LocalPool(EvalPool):
     """One worker process per device slot on this host."""
 
     def __init__(self, device: str = "cuda", config: EvalConfig | None = None, workers: int | None = None,
-                 max_attempts: int = 2):
+                 max_attempts: int = 2, prebuild: bool | None = None, prebuilder=None,
+                 remeasure_elsewhere: bool = True):
         self.config = config or EvalConfig()
         self.workers = worker_devices(device, workers)
         self.max_attempts = max_attempts
+        # With several workers, a suspicious speedup is re-measured by another worker (another GPU
+        # when there is one) instead of by a fresh process on the same device.
+        self.remeasure_elsewhere = bool(remeasure_elsewhere and self.config.remeasure and len(self.workers) > 1)
+        self._worker_config = (dataclasses.replace(self.config, remeasure=False) if self.remeasure_elsewhere
+                               else self.config)
+        self._first: dict[int, tuple[Verdict, int]] = {}  # job id -> (verdict to confirm, worker index)
+        # Extensions are compiled ahead on the CPU cores by default on GPUs; on a CPU device the
+        # compilers would compete with the timed calls for the same cores.
+        if prebuild is None:
+            prebuild = not self.workers[0].startswith("cpu")
+        if prebuilder is None and prebuild:
+            from cuda_l1.evaluate.prebuild import Prebuilder
+
+            prebuilder = Prebuilder(self.config)
+        self.prebuilder = prebuilder
+        self._builds: dict[int, list[Future]] = {}  # job id -> builds it waits for before dispatch
         self._ctx = mp.get_context("spawn")  # workers must not inherit a CUDA context
         self._outbox = self._ctx.Queue()
         self._slots = [self._start(i) for i in range(len(self.workers))]
-        self._pending: queue.Queue = queue.Queue()
+        self._pending: list[int] = []  # job ids in submission order (retries go first)
         self._futures: dict[int, tuple[Future, EvalJob, int]] = {}
         self._inflight: dict[int, int | None] = {i: None for i in range(len(self.workers))}
         self._next_id = 0
@@ -152,7 +173,7 @@ class LocalPool(EvalPool):
 
     def _start(self, index: int):
         inbox = self._ctx.Queue()
-        proc = self._ctx.Process(target=_worker_main, args=(self.workers[index], self.config, inbox, self._outbox),
+        proc = self._ctx.Process(target=_worker_main, args=(self.workers[index], self._worker_config, inbox, self._outbox),
                                  name=f"cuda-l1-worker-{index}", daemon=True)
         proc.start()
         return proc, inbox
@@ -166,17 +187,34 @@ class LocalPool(EvalPool):
             job_id = self._next_id
             self._next_id += 1
             self._futures[job_id] = (future, job, 1)
-        self._pending.put(job_id)
+        builds = self.prebuilder.submit(job.source) if self.prebuilder is not None else []
+        with self._lock:
+            if builds:
+                self._builds[job_id] = builds
+            self._pending.append(job_id)
         return future
+
+    def _next_ready(self, index: int) -> int | None:
+        """The oldest pending job that worker `index` may take and whose extensions are built: a
+        worker never waits on a compiler while another job is ready. With none ready, workers stay
+        idle until a build finishes. A re-measurement never goes to the worker that measured first."""
+        with self._lock:
+            for position, job_id in enumerate(self._pending):
+                first = self._first.get(job_id)
+                if first is not None and first[1] == index:
+                    continue
+                if all(f.done() for f in self._builds.get(job_id, ())):
+                    self._builds.pop(job_id, None)
+                    return self._pending.pop(position)
+        return None
 
     def _assign(self) -> None:
         for index, current in self._inflight.items():
             if current is not None:
                 continue
-            try:
-                job_id = self._pending.get_nowait()
-            except queue.Empty:
-                return
+            job_id = self._next_ready(index)
+            if job_id is None:
+                continue
             _, job, _ = self._futures[job_id]
             self._inflight[index] = job_id
             self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup))
@@ -201,8 +239,26 @@ class LocalPool(EvalPool):
                     _, job, _ = self._futures[job_id]
                     worker = self.workers[index] if index is not None else "?"
                     verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(job, error or "")
-                    self._resolve(job_id, verdict, worker)
+                    self._settle(job_id, job, verdict, index, worker)
             self._replace_dead()
+
+    def _settle(self, job_id: int, job: EvalJob, verdict: Verdict, index: int | None, worker: str) -> None:
+        """Resolve the job, or first send a suspicious speedup to another worker to be re-measured."""
+        from cuda_l1.evaluate.evaluator import merge_remeasure, needs_remeasure
+
+        first = self._first.pop(job_id, None)
+        if first is not None:
+            first_verdict, first_index = first
+            kind = "another GPU" if worker != self.workers[first_index] else "another worker process"
+            where = f"{kind}: worker {index} ({worker}) after worker {first_index} ({self.workers[first_index]})"
+            self._resolve(job_id, merge_remeasure(first_verdict, verdict, where), self.workers[first_index])
+        elif (self.remeasure_elsewhere and index is not None
+              and needs_remeasure(verdict, self.config, job.best_known_speedup)):
+            with self._lock:
+                self._first[job_id] = (verdict, index)
+                self._pending.insert(0, job_id)
+        else:
+            self._resolve(job_id, verdict, worker)
 
     def _replace_dead(self) -> None:
         for index, (proc, _) in enumerate(self._slots):
@@ -216,8 +272,10 @@ class LocalPool(EvalPool):
             future, job, attempts = self._futures[job_id]
             if attempts < self.max_attempts:
                 self._futures[job_id] = (future, job, attempts + 1)
-                self._pending.put(job_id)
+                with self._lock:
+                    self._pending.insert(0, job_id)
             else:
+                self._first.pop(job_id, None)
                 self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate"),
                               self.workers[index])
 
@@ -227,6 +285,8 @@ class LocalPool(EvalPool):
     def close(self) -> None:
         self._closing = True
         self._dispatcher.join(timeout=5)
+        if self.prebuilder is not None:
+            self.prebuilder.close()
         for proc, inbox in self._slots:
             try:
                 inbox.put(None)

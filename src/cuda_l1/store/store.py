@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from cuda_l1.errors import UserError
-from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, PARSE_ERROR, Verdict
+from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, PARSE_ERROR, Check, Verdict
 from cuda_l1.store import export
 from cuda_l1.store.normalize import candidate_id as code_id
 from cuda_l1.store.normalize import norm_hash, stable_key
@@ -235,6 +235,9 @@ class Store:
                 "SELECT 1 FROM candidates WHERE task_id = ? AND id = ?", (task_id, candidate_id)
             ).fetchone() is None:
                 raise ValueError(f"unknown candidate {candidate_id} of task {task_id}; add_candidate() it first")
+            reference = self._reference_update(conn, task_id, stored)
+            if reference is not None:
+                stored.checks = [*stored.checks, reference[0]]
             cur = conn.execute(
                 """INSERT INTO verdicts (task_id, candidate_id, run_id, device, config_key, status, speedup,
                        raw_speedup, reference_ms, candidate_ms, ci_low, ci_high, verdict, created_at)
@@ -244,6 +247,8 @@ class Store:
                  verdict.raw_speedup, verdict.reference_ms, verdict.candidate_ms, ci[0], ci[1],
                  stored.to_json(), time.time()),
             )
+            if cur.rowcount == 1 and reference is not None:
+                self._save_reference(conn, task_id, stored, reference[1])
             return cur.rowcount == 1
 
     def verdict_for(
@@ -397,6 +402,59 @@ class Store:
         return [dict(r) for r in self._read("SELECT * FROM completions WHERE prompt_id = ? ORDER BY id", (prompt_id,))]
 
     # -- reference timings ----------------------------------------------------------------------------
+    # Every correct verdict carries the reference's median from its own paired rounds. The store keeps
+    # those medians per task, device and software versions (a new torch, CUDA or driver starts a new
+    # record). Speedups still come from the paired rounds, where reference and candidate share one
+    # window; the stored timing is the yardstick that tells whether that window was a normal one.
+
+    reference_drift_limit = 0.10  # a reference median this far from the stored one flags the verdict
+    reference_samples_kept = 20  # medians kept per task, device and versions (the latest ones)
+
+    @staticmethod
+    def _reference_key(verdict: Verdict) -> tuple[str, dict]:
+        return verdict.device or "unknown", {"versions": verdict.versions}
+
+    def _reference_update(self, conn, task_id: str, verdict: Verdict):
+        """(the `reference_stable` check for this verdict, the medians to store after it), or None."""
+        if verdict.status != OK or not verdict.reference_ms or verdict.reference_ms <= 0:
+            return None
+        device, versions = self._reference_key(verdict)
+        row = conn.execute(
+            "SELECT stats FROM reference_timings WHERE task_id = ? AND device = ? AND versions_key = ?",
+            (task_id, device, stable_key(versions))).fetchone()
+        samples = list((row_json(row[0], {}) if row else {}).get("samples_ms") or [])
+        if not samples:
+            check = Check("reference_stable", None, "first reference timing for this task, device and software: "
+                          f"{verdict.reference_ms:.4g} ms, kept as the yardstick", blocking=False)
+        else:
+            known = sorted(samples)[len(samples) // 2]
+            drift = verdict.reference_ms / known - 1.0
+            stable = abs(drift) <= self.reference_drift_limit
+            detail = (f"reference median {verdict.reference_ms:.4g} ms vs {known:.4g} ms over {len(samples)} earlier "
+                      f"verdict(s) on this device and software ({drift:+.1%})")
+            if not stable:
+                detail += ": the measurement window was disturbed (clocks, heat or other work on the device)"
+            check = Check("reference_stable", stable, detail, blocking=False)
+        return check, (samples + [verdict.reference_ms])[-self.reference_samples_kept:]
+
+    def _save_reference(self, conn, task_id: str, verdict: Verdict, samples: list[float]) -> None:
+        device, versions = self._reference_key(verdict)
+        ordered = sorted(samples)
+        stats = {"median_ms": ordered[len(ordered) // 2], "samples_ms": samples, "versions": verdict.versions}
+        self._upsert_reference(conn, task_id, device, versions, stats)
+
+    @staticmethod
+    def _upsert_reference(conn, task_id: str, device: str, versions_key: str | dict, stats: dict) -> None:
+        conn.execute(
+            "INSERT INTO reference_timings (task_id, device, versions_key, stats, created_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id, device, versions_key)"
+            " DO UPDATE SET stats = excluded.stats, created_at = excluded.created_at",
+            (task_id, device, stable_key(versions_key), json.dumps(stats, default=str), time.time()))
+
+    def reference_timing_for(self, task_id: str, device: str, versions: dict) -> dict | None:
+        """The stored reference timing that verdicts with this device name and `versions` are checked
+        against: {"median_ms", "samples_ms", "versions"}; None before the first correct verdict."""
+        return self.reference_timing(task_id, device, {"versions": versions})
 
     def reference_timing(self, task_id: str, device: str, versions_key: str | dict) -> dict | None:
         """Cached reference statistics, valid while device and software versions are unchanged."""
@@ -408,12 +466,7 @@ class Store:
 
     def save_reference_timing(self, task_id: str, device: str, versions_key: str | dict, stats: dict) -> None:
         with self._write() as conn:
-            conn.execute(
-                "INSERT INTO reference_timings (task_id, device, versions_key, stats, created_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id, device, versions_key)"
-                " DO UPDATE SET stats = excluded.stats, created_at = excluded.created_at",
-                (task_id, device, stable_key(versions_key), json.dumps(stats, default=str), time.time()),
-            )
+            self._upsert_reference(conn, task_id, device, versions_key, stats)
 
     # -- reports --------------------------------------------------------------------------------------
 

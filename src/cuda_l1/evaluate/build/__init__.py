@@ -17,6 +17,7 @@ _EXPORTS = {
     "RECIPE_VERSION": "compile", "build_key": "compile",
     "BuildConfig": "config", "default_cache_dir": "config",
     "BuildError": "errors", "CompileError": "errors",
+    "static_specs": "extract",
     "load_built": "loader", "load_built_path": "loader",
     "wait_for_background_pch": "pch",
     "BuildPool": "pool",

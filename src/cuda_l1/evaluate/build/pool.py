@@ -53,8 +53,9 @@ class BuildPool:
     def build(self, spec: ExtensionSpec) -> BuildResult:
         return self.submit(spec).result()
 
-    def shutdown(self, wait: bool = True) -> None:
-        self._executor.shutdown(wait=wait)
+    def shutdown(self, wait: bool = True, cancel_pending: bool = False) -> None:
+        """Stop taking builds; `cancel_pending` drops those not started yet (their futures are cancelled)."""
+        self._executor.shutdown(wait=wait, cancel_futures=cancel_pending)
         if wait:
             wait_for_background_pch()
 
