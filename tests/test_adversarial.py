@@ -22,6 +22,11 @@ _evaluators: dict[str, Evaluator] = {}
 def cpu_config(**overrides) -> EvalConfig:
     timing = TimingConfig.quick()
     timing.max_time_s = 2.0
+    # The timing-consistency check compares the parent's round trip with the child's report; on a
+    # busy CPU host every round trip can grow by several ms and honest candidates get rejected. No
+    # case here relies on that check (timer_patch is caught as global_state), so a wide allowance
+    # keeps the expected verdicts independent of host load without hiding any tested behaviour.
+    timing.consistency_slack_ms = 50.0
     config = EvalConfig(device="cpu", timing=timing, call_timeout_s=15.0, first_call_timeout_s=30.0,
                         sandbox=SandboxConfig(memory_bytes=3 * 2**30, max_processes=24))
     for key, value in overrides.items():

@@ -155,6 +155,33 @@ def measure(key: str) -> Measurement:
 KEYS = [t.key for t in TASKS]
 
 
+@functools.cache
+def retimed_ms(key: str, forwards: int = 5) -> float:
+    """The fastest of a few more forwards of a task, each on fresh inputs.
+
+    A busy host can stall the test process for a while, so one over-limit measurement is not yet a
+    slow task; a task that is really slow stays slow in every one of these forwards.
+    """
+    task = next(t for t in TASKS if t.key == key)
+    module = load_task_module(task, module_name=f"cuda_l1_builtin_retime_l{task.level}_{task.number}")
+    torch.manual_seed(MODEL_SEED)
+    model = module.Model(*check_init_args(module.get_init_inputs(), task.origin))
+    best = float("inf")
+    with torch.no_grad():
+        for i in range(forwards + 1):
+            torch.manual_seed(INPUT_SEED + i)
+            _, ms = _timed(model, check_forward_args(module.get_inputs(), task.origin))
+            if i:  # the first forward is the warm-up
+                best = min(best, ms)
+    return best
+
+
+def forward_ms(key: str, limit: float) -> float:
+    """The least disturbed forward time of a task, timed again when the first measurement is over `limit`."""
+    ms = measure(key).cpu_ms
+    return ms if ms <= limit else min(ms, retimed_ms(key))
+
+
 def test_suite_has_twelve_tasks_per_level_with_unique_ids_and_names():
     assert len(TASKS) >= 36
     for level in (1, 2, 3):
@@ -243,13 +270,15 @@ def test_float64_copy_runs_and_agrees(key):
 
 @pytest.mark.parametrize("key", KEYS)
 def test_forward_is_fast_on_cpu(key, record_property):
-    m = measure(key)
-    record_property("cpu_ms", round(m.cpu_ms, 2))
-    assert m.cpu_ms <= MAX_FORWARD_MS, f"{key}: {m.cpu_ms:.0f} ms per forward"
+    ms = forward_ms(key, MAX_FORWARD_MS)
+    record_property("cpu_ms", round(ms, 2))
+    assert ms <= MAX_FORWARD_MS, f"{key}: {ms:.0f} ms per forward"
 
 
 def test_whole_suite_forward_time(record_property):
     total = sum(measure(key).cpu_ms for key in KEYS)
+    if total > MAX_SUITE_MS:  # possibly a stall of the host: time every task again
+        total = sum(forward_ms(key, 0.0) for key in KEYS)
     record_property("suite_cpu_ms", round(total, 1))
     assert total <= MAX_SUITE_MS, f"one forward of every task takes {total:.0f} ms"
 

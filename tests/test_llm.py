@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
 import time
 import urllib.request
@@ -28,8 +29,10 @@ SECRET = "sk-test-5f3a9c0e7d1b"
 
 
 def endpoint(server: ChatServer, **kw) -> EndpointConfig:
+    # A long default timeout: on a busy host a local request can take seconds, and an attempt timing
+    # out would change the request and retry counts the tests assert. Tests of timeouts set their own.
     settings = dict(base_url=server.base_url, model="test-model", api_key_env=KEY_ENV,
-                    backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=5.0)
+                    backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=60.0)
     settings.update(kw)
     return EndpointConfig(**settings)
 
@@ -62,7 +65,9 @@ def test_round_trip_text_usage_latency_and_model(chat_server, monkeypatch):
     assert c.prompt_tokens == prompt_tokens
     assert c.completion_tokens == count_tokens(c.text)
     assert c.cost == pytest.approx((prompt_tokens * 2.0 + c.completion_tokens * 8.0) / 1e6)
-    assert 0.05 <= c.latency_s < 2.0
+    # At least the server's scripted delay, and in seconds (milliseconds would read 50 or more); the
+    # ceiling is loose because a busy host may take a while to set up the first connection.
+    assert 0.05 <= c.latency_s < 30.0
 
     [req] = chat_server.chat_requests()
     assert req.body["model"] == "my-coder"
@@ -123,12 +128,13 @@ def test_retries_429_and_500_then_succeeds(chat_server):
 def test_retry_after_header_is_respected(chat_server):
     chat_server.enqueue(Reply(status=429, headers={"Retry-After": "0.3"}), Reply(text="ok"))
     client = LLMClient(endpoint(chat_server, backoff_max_s=1.0))
-    t0 = time.monotonic()
     [c] = run(client, lambda cl: cl.complete(MESSAGES))
     assert c.ok
     first, second = chat_server.chat_requests()
-    assert second.at - first.at >= 0.3
-    assert time.monotonic() - t0 < 3
+    # Without the header the backoff would be about 0.01 s, so the lower bound is the property. The
+    # ceiling only rules out some unrelated, much longer wait; it is loose so that a busy host, which
+    # can delay a sleeping task's wake-up, cannot fail it.
+    assert 0.3 <= second.at - first.at < 10.0
 
 
 def test_no_retry_on_400(chat_server):
@@ -144,12 +150,16 @@ def test_no_retry_on_400(chat_server):
 
 
 def test_timeout_is_retried_then_reported_without_raising(chat_server):
-    chat_server.responder = lambda req: Reply(delay_s=2.0, text="too late")
-    cfg = endpoint(chat_server, timeout_s=0.2, max_retries=1)
+    # The server would answer only after a minute (it stops waiting when the test ends).
+    chat_server.responder = lambda req: Reply(delay_s=60.0, text="too late")
+    cfg = endpoint(chat_server, timeout_s=0.5, max_retries=1)
     client = LLMClient(cfg)
     t0 = time.monotonic()
     [c] = run(client, lambda cl: cl.complete(MESSAGES))
-    assert time.monotonic() - t0 < 1.5
+    # Two attempts of 0.5 s each under the client's own timeout. Without it, the HTTP library's
+    # fallback (timeout_s + 5 s per attempt) would take over 11 s, so the bound keeps a wide margin
+    # on both sides: a busy host cannot reach it, a missing timeout cannot stay under it.
+    assert time.monotonic() - t0 < 8.0
     assert not c.ok and "timed out" in c.error and "2 attempts" in c.error
     assert len(chat_server.chat_requests()) == 2
     stats = client.stats()[cfg.label]
@@ -165,22 +175,35 @@ def test_dropped_connection_is_retried(chat_server):
 
 
 def test_unreachable_endpoint_is_a_failed_completion():
-    with ChatServer() as server:
-        cfg = endpoint(server, max_retries=1)
-    client = LLMClient(cfg)  # the server is gone: connection refused
-    [c] = run(client, lambda cl: cl.complete(MESSAGES))
+    # A port bound but never listened on refuses connections, and stays ours for the whole test
+    # (a port freed by a stopped server could be taken by another process in the meantime).
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+        cfg = EndpointConfig(base_url=f"http://127.0.0.1:{port}/v1", model="test-model", api_key_env=KEY_ENV,
+                             backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=60.0, max_retries=1)
+        client = LLMClient(cfg)
+        [c] = run(client, lambda cl: cl.complete(MESSAGES))
     assert not c.ok and "connection error" in c.error
+    assert client.stats()[cfg.label]["requests"] == 2  # retried once, then reported
 
 
 # -- concurrency -----------------------------------------------------------------------------
 def test_concurrency_is_bounded_per_endpoint(chat_server):
     lock, state = threading.Lock(), {"now": 0, "peak": 0}
+    overlapped = threading.Event()
 
     def responder(req):
         with lock:
             state["now"] += 1
             state["peak"] = max(state["peak"], state["now"])
-        time.sleep(0.15)
+            if state["now"] >= 2:
+                overlapped.set()
+        # Hold the first request until a second one is in flight, so that "really parallel" does not
+        # depend on how fast the host sends the second request. A client that sends one at a time
+        # never sets the event: the wait runs out and the peak stays 1.
+        overlapped.wait(timeout=20)
+        time.sleep(0.15)  # time for a third request to arrive, were the bound not kept
         with lock:
             state["now"] -= 1
         return Reply(text="done")

@@ -48,6 +48,26 @@ from cuda_l1.train.reward import RewardConfig, shape_reward  # noqa: E402
 LAYERNORM, SUMOVERDIM = load_tasks("builtin", levels={1}, ids=["09_LayerNorm", "07_SumOverDim"])
 
 
+@pytest.fixture(autouse=True)
+def load_tolerant_timing(monkeypatch):
+    """Stages judge with a wide timing-consistency allowance.
+
+    That check compares the parent's round trip with the child's reported time, and on a busy CPU host
+    every round trip can grow by several ms, which would turn the expected "ok" of an honest candidate
+    into "rejected". No test here relies on that check (the timing hack is caught as global_state).
+    """
+    from cuda_l1.train import runtime
+
+    real = runtime.eval_config
+
+    def eval_config(section):
+        config = real(section)
+        config.timing.consistency_slack_ms = max(config.timing.consistency_slack_ms, 50.0)
+        return config
+
+    monkeypatch.setattr(runtime, "eval_config", eval_config)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "model"

@@ -1,7 +1,10 @@
 # reference: linear_gelu
 # expect: ok
-# speedup_at_most: 1.2
+# speedup_at_most: 2.0
 # Supplies its own tiny get_inputs/get_init_inputs; the harness must ignore them.
+# Honest timing measures about 1.0 (the same work); the harness's 256-row inputs swapped for the
+# candidate's single row would measure tens of times faster, so the bound leaves room for noise on a
+# busy host while still catching that.
 import torch
 import torch.nn as nn
 
