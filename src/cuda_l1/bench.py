@@ -92,8 +92,14 @@ def resolve_device(device: str | None, cluster: str = "local") -> str:
 
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() or cluster != "local" and device == "auto" else "cpu"
+    check_device_string(device)
     if device.startswith("cuda") and not torch.cuda.is_available() and cluster == "local":
         raise UserError(f"--device {device} was asked for, but no CUDA device is visible; use --device cpu.")
+    return device
+
+
+def check_device_string(device: str) -> str:
+    """The one spelling rule for --device: cpu, cuda or cuda:N."""
     if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
         raise UserError(f"--device is cpu, cuda or cuda:N (got {device!r}).")
     return device

@@ -24,9 +24,9 @@ def eval_config(device: str | None, tolerance: str, quick: bool, no_timing: bool
 
     if tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"--tolerance is 'oracle' or 'kernelbench' (got {tolerance!r}).")
-    device = device or default_device()
-    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise UserError(f"--device is cpu, cuda or cuda:N (got {device!r}).")
+    from cuda_l1.bench import check_device_string
+
+    device = check_device_string(device or default_device())
     timing = TimingConfig.quick() if quick else TimingConfig()
     timing.enabled = not no_timing
     return EvalConfig(device=device, tolerance=ToleranceConfig(mode=tolerance), timing=timing)
