@@ -96,7 +96,8 @@ def enter_namespaces(which: str = "pid+net") -> tuple[bool, str]:
 
 
 def _probe(which: str, device: str) -> None:
-    """Exit 0 if the device initialises inside these namespaces (run in a throwaway process)."""
+    """Exit 0 if these namespaces can be entered and, for a GPU, the device initialises inside them
+    (run in a throwaway process)."""
     ok, _ = enter_namespaces(which)
     if not ok:
         os._exit(2)
@@ -104,6 +105,8 @@ def _probe(which: str, device: str) -> None:
     if pid:
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else 1)
+    if not device.startswith("cuda"):
+        os._exit(0)  # nothing to initialise: the CPU needs no driver
     try:
         import torch
 

@@ -94,13 +94,8 @@ def usable_namespaces(device: str | None) -> str:
 
         chosen = ""
         for which in NAMESPACE_SETS:
-            if not key.startswith("cuda"):
-                probe = subprocess.run([sys.executable, "-c", "import os\nfrom cuda_l1.evaluate.confine import "
-                                        f"enter_namespaces\nos._exit(0 if enter_namespaces({which!r})[0] else 2)"],
-                                       env=scrubbed_env(tempfile.gettempdir()), capture_output=True, timeout=60)
-            else:
-                probe = subprocess.run([sys.executable, "-m", "cuda_l1.evaluate.confine", "probe", which, key],
-                                       env=scrubbed_env(tempfile.gettempdir()), capture_output=True, timeout=120)
+            probe = subprocess.run([sys.executable, "-m", "cuda_l1.evaluate.confine", "probe", which, key],
+                                   env=scrubbed_env(tempfile.gettempdir()), capture_output=True, timeout=120)
             if probe.returncode == 0:
                 chosen = which
                 break
