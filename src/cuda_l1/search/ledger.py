@@ -1,15 +1,12 @@
-"""What a run has spent and what happened in it: completion counts from the store, and an event log.
+"""What a run has spent and what happened in it: budgets from the run's completions, and an event log.
 
-The store answers "what is recorded" per task and candidate; the loop also needs it per run (its
-budget is the completions recorded for a task *in this run*) and for reports (unusable completions
-have no verdict, yet count as failed attempts). Those reads go through a separate read-only
-connection, so the one writing connection stays the Store's.
+The loop's budget is the completions recorded for a task *in this run* (`Store.run_completions`),
+and reports count unusable completions, which have no verdict, as failed attempts.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,24 +14,6 @@ from pathlib import Path
 from cuda_l1.evaluate.verdict import PARSE_ERROR, Verdict
 from cuda_l1.store.records import origin_label
 from cuda_l1.tasks import Task
-
-
-def run_completions(db_path: str | Path, run_id: int) -> list[dict]:
-    """Every completion recorded for a prompt of this run, oldest first."""
-    uri = f"{Path(db_path).resolve().as_uri()}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        rows = conn.execute(
-            """SELECT c.id, c.prompt_id, c.task_id, c.model, c.endpoint, c.finish_reason, c.parse_status,
-                      c.parse_message, c.candidate_id, c.prompt_tokens, c.completion_tokens, c.created_at
-               FROM completions c JOIN prompts p ON p.id = c.prompt_id
-               WHERE p.run_id = ? ORDER BY c.id""",
-            (run_id,),
-        ).fetchall()
-    finally:
-        conn.close()
-    return [dict(r) for r in rows]
 
 
 def spent_per_task(completions: list[dict]) -> Counter:

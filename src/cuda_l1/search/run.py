@@ -28,7 +28,7 @@ from cuda_l1.evaluate.verdict import PARSE_ERROR
 from cuda_l1.llm import EndpointConfig, make_client, sum_stats
 from cuda_l1.search.config import EVENTS_NAME, RUN_NAME, SOLUTIONS_NAME, SearchConfig
 from cuda_l1.search.display import Display
-from cuda_l1.search.ledger import EventLog, parse_error_rows, run_completions, spent_per_task
+from cuda_l1.search.ledger import EventLog, parse_error_rows, spent_per_task
 from cuda_l1.search.loop import Search, TaskState
 from cuda_l1.search.secrets import hidden_credentials
 from cuda_l1.store.records import origin_label
@@ -104,7 +104,7 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
         with hidden_credentials(e.api_key_env for e in endpoints):
             for task in tasks:
                 ctx.store.add_task(task)
-            before = run_completions(ctx.store.path, ctx.run_id)
+            before = ctx.store.run_completions(ctx.run_id)
             spent = spent_per_task(before)
             events.write("start", run_id=ctx.run_id, resumed=ctx.resumed, device=dkey, budget=config.budget,
                          tasks=[t.key for t in tasks], endpoints=[e.label for e in endpoints],
@@ -142,7 +142,7 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
                     asyncio.run(drive())
         if client is None:
             notes.append(NO_ENDPOINT_HINT)
-        completions = run_completions(ctx.store.path, ctx.run_id)
+        completions = ctx.store.run_completions(ctx.run_id)
         solutions = ctx.out_dir / SOLUTIONS_NAME
         n_solutions = ctx.store.export_solutions_jsonl(solutions, run_id=ctx.run_id, device=dkey)
         # A completion without usable code has no candidate (so no verdict row), yet it is a failed

@@ -401,6 +401,17 @@ class Store:
     def completions(self, prompt_id: int) -> list[dict]:
         return [dict(r) for r in self._read("SELECT * FROM completions WHERE prompt_id = ? ORDER BY id", (prompt_id,))]
 
+    def run_completions(self, run_id: int) -> list[dict]:
+        """Every completion recorded for a prompt of this run, oldest first (the text left out)."""
+        rows = self._read(
+            """SELECT c.id, c.prompt_id, c.task_id, c.model, c.endpoint, c.finish_reason, c.parse_status,
+                      c.parse_message, c.candidate_id, c.prompt_tokens, c.completion_tokens, c.created_at
+               FROM completions c JOIN prompts p ON p.id = c.prompt_id
+               WHERE p.run_id = ? ORDER BY c.id""",
+            (run_id,),
+        )
+        return [dict(r) for r in rows]
+
     # -- reference timings ----------------------------------------------------------------------------
     # Every correct verdict carries the reference's median from its own paired rounds. The store keeps
     # those medians per task, device and software versions (a new torch, CUDA or driver starts a new
