@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -40,17 +39,19 @@ def speedup_ci(ref: list[float], cand: list[float], *, level: float = 0.95, resa
                seed: int = 0) -> tuple[float, float, float]:
     """Speedup = median(ref) / median(cand), with a percentile-bootstrap interval over paired rounds
     (reference and candidate were timed in alternation, so round i of each belongs together)."""
+    import torch  # vectorised resampling: about 40x faster than a Python loop over 2000 x 400 rounds
+
     n = min(len(ref), len(cand))
     if n == 0:
         return math.nan, math.nan, math.nan
     ref, cand = ref[:n], cand[:n]
     point = statistics.median(ref) / statistics.median(cand)
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(resamples):
-        idx = [rng.randrange(n) for _ in range(n)]
-        ratios.append(statistics.median([ref[i] for i in idx]) / statistics.median([cand[i] for i in idx]))
-    ratios.sort()
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(n, (resamples, n), generator=gen)
+    pairs = torch.tensor([ref, cand], dtype=torch.float64)
+    ordered = pairs[:, idx].sort(dim=2).values
+    medians = (ordered[..., (n - 1) // 2] + ordered[..., n // 2]) / 2  # as statistics.median: mean of the middle two
+    ratios = (medians[0] / medians[1]).sort().values.tolist()
     lo = ratios[int((1 - level) / 2 * resamples)]
     hi = ratios[min(int((1 + level) / 2 * resamples), resamples - 1)]
     return point, lo, hi
