@@ -134,3 +134,41 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     env = scrubbed_env(str(tmp_path))
     assert "secret-value" not in env.values()
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["HOME"] == str(tmp_path)
+
+
+# -- the timing-consistency check: the parent's clock against the child's reports -------------------------
+def _consistency(cand_extra_ms: float, latency: list[float], ping_latency: list[float] | None = None,
+                 ref_latency: list[float] | None = None):
+    """Judge 100 rounds whose candidate round trips exceed its reported time by `cand_extra_ms` plus a
+    host latency drawn from `latency`; pings and reference see the same latency unless told otherwise."""
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.evaluator import CandidateRun
+
+    run = CandidateRun(None, "", EvalConfig(), None)
+    n = 100
+    wall = [1.0] * n
+    ping_latency, ref_latency = ping_latency or latency, ref_latency or latency
+    ref_rt = [1.0 + 0.5 + ref_latency[i % len(ref_latency)] for i in range(n)]  # 0.5 ms: inputs + flush
+    cand_rt = [1.0 + 0.5 + 0.1 + cand_extra_ms + latency[(i * 7) % len(latency)] for i in range(n)]
+    pings = [0.1 + ping_latency[(i * 3) % len(ping_latency)] for i in range(25)]
+    run._finish_timing([None] * n, wall, ref_rt, [None] * n, wall, cand_rt, set(), pings, {})
+    return run.checks["timing_consistency"], run.status
+
+
+def test_timing_consistency_refuses_hidden_time_and_tolerates_a_busy_host():
+    idle = [0.0, 0.01, 0.02]
+    check, status = _consistency(0.0, idle)
+    assert check.passed and status is None
+    # A child that reports 8 ms less than each call took (a tampered clock) is refused.
+    check, status = _consistency(8.0, idle)
+    assert check.passed is False and status == "rejected" and "tampered" in check.detail
+    # A crowded host: every message, pings included, often waits a scheduler slice of several ms.
+    crowded = [0.0, 0.2, 4.0, 6.0, 0.1, 5.0, 0.3, 7.0, 0.0, 4.5]
+    check, status = _consistency(0.0, crowded)
+    assert check.passed and status is None, check.detail
+    # Worse: the child's longer work outside the timed window is preempted in nearly every round while
+    # the parent's is not. Only the spread of the pings shows how crowded the host is.
+    check, status = _consistency(0.0, [4.0] * 9 + [0.0], ping_latency=[0.0, 5.0], ref_latency=[0.0])
+    assert check.passed and status is None, check.detail
+    check, status = _consistency(8.0, [0.0], ping_latency=[0.0, 0.02], ref_latency=[0.0])
+    assert check.passed is False, "a quiet host gives a tampered clock no such room"

@@ -27,6 +27,7 @@ class TimingConfig:
     remeasure_vs_best: float = 2.0  # ... or exceeds this multiple of the best speedup known for the task
     hidden_work_ms: float = 0.02  # device-sync time beyond the reference's that means work on other streams
     consistency_slack_ms: float = 3.0  # allowed excess of the parent's round-trip over the child's report
+    ping_fraction: float = 0.2  # share of timed rounds followed by a ping, to track round-trip latency under load
 
     @classmethod
     def quick(cls) -> "TimingConfig":

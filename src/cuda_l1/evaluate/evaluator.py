@@ -43,6 +43,19 @@ def _max_reply_bytes(leaves: list) -> int:
     return 4 * sum(_leaf_bytes(leaves)) + (64 << 20)
 
 
+def _low_quantile(values: list[float]) -> float:
+    """The first quintile (the minimum of fewer than five values)."""
+    return statistics.quantiles(values, n=5)[0] if len(values) >= 5 else min(values)
+
+
+def _spread(values: list[float]) -> float:
+    """Fourth quintile minus first: how much round-trip latency varies (0 with fewer than five values)."""
+    if len(values) < 5:
+        return 0.0
+    quintiles = statistics.quantiles(values, n=5)
+    return quintiles[3] - quintiles[0]
+
+
 class CandidateRun:
     """One candidate through one child: load, correctness, timing. Fills a Verdict."""
 
@@ -198,12 +211,7 @@ class CandidateRun:
         telemetry = Telemetry(cfg.device)
         bound = spot_bound(self.comparisons)
         before = telemetry.read()
-        pings = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            child.request({"op": "ping"}, cfg.call_timeout_s)
-            pings.append((time.perf_counter() - t0) * 1e3)
-        ipc_ms = statistics.median(pings)
+        pings = [self._ping(child) for _ in range(5)]
 
         ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds = [], [], [], [], [], [], set()
         prev_ref_leaves, prev_positions, prev_fetch = None, None, False
@@ -224,6 +232,10 @@ class CandidateRun:
             if self.status is not None:
                 return
             if warm:
+                # Pings at unpredictable rounds sample the round-trip latency the timed calls see: on a
+                # busy host it grows for every message, honest or not.
+                if self.rng.random() < tc.ping_fraction:
+                    pings.append(self._ping(child))
                 ref_ev.append(ref_time.event_ms)
                 ref_wall.append(ref_time.wall_ms)
                 ref_rt.append(rt_ref)
@@ -261,8 +273,13 @@ class CandidateRun:
         self._check("timed_outputs", True, f"{round_no} timed calls spot-checked at {tc.spot_checks} positions, "
                     f"{len(fetched_rounds) + 1} checked in full")
         after = telemetry.read()
-        self._finish_timing(ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds, ipc_ms,
+        self._finish_timing(ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds, pings,
                             {"before": before, "after": after})
+
+    def _ping(self, child: ChildProcess) -> float:
+        t0 = time.perf_counter()
+        child.request({"op": "ping"}, self.config.call_timeout_s)
+        return (time.perf_counter() - t0) * 1e3
 
     def _judge_timed(self, reply, prev_ref_leaves, positions, bound, full: bool = False) -> None:
         h = reply.header
@@ -284,8 +301,9 @@ class CandidateRun:
             if wrong:
                 self._fail("timed_outputs", *wrong)
 
-    def _finish_timing(self, ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched, ipc_ms, telemetry):
+    def _finish_timing(self, ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched, pings, telemetry):
         tc = self.config.timing
+        ipc_ms = _low_quantile(pings)
         use_events = ref_ev and ref_ev[0] is not None and all(x is not None for x in cand_ev)
         hidden_work = False
         if use_events:
@@ -304,22 +322,25 @@ class CandidateRun:
         rounds = [i for i in range(len(cand_rt)) if i not in fetched]
         excess = None
         if rounds:
-            # A low quantile on the candidate side: tampering shifts every round, while scheduling
-            # delays on a busy host only inflate some.
-            cand_over = statistics.quantiles([cand_rt[i] - cand_wall[i] for i in rounds], n=5)[0] \
-                if len(rounds) >= 5 else min(cand_rt[i] - cand_wall[i] for i in rounds)
+            # The same low quantile of the candidate's extra round-trip time and of the pings taken
+            # during the rounds: tampering shifts every round, while the latency of a busy host shows
+            # in both and cancels.
+            cand_over = _low_quantile([cand_rt[i] - cand_wall[i] for i in rounds])
             ref_over = statistics.median(ref_rt[i] - ref_wall[i] for i in rounds)
             excess = cand_over - ref_over - ipc_ms
             # Input generation and cache flushing happen outside the timed window on both sides; their
-            # jitter (large on a busy CPU host, small on a GPU) widens the allowance.
-            slack = tc.consistency_slack_ms + 0.5 * statistics.median(cand_wall) + 0.5 * max(ref_over, 0.0)
+            # jitter (large on a busy CPU host, small on a GPU) widens the allowance, and so does the
+            # spread of the pings: on a crowded host a message can wait a whole scheduler slice.
+            slack = (tc.consistency_slack_ms + 0.5 * statistics.median(cand_wall) + 0.5 * max(ref_over, 0.0)
+                     + _spread(pings))
             if excess > slack:
                 self._fail("timing_consistency", REJECTED,
                            f"the parent's clock saw {excess:.2f} ms per call more than the candidate reported "
                            f"(allowed {slack:.2f} ms): the timing was tampered with")
                 return
         self._check("timing_consistency", True,
-                    f"parent round-trip agrees with reported times (excess {excess:.3f} ms)" if excess is not None else "")
+                    f"parent round-trip agrees with reported times (excess {excess:.3f} ms, allowed {slack:.2f} ms)"
+                    if excess is not None else "")
         point, lo, hi = speedup_ci(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
         ref_s, cand_s = summarize(ref_ms), summarize(cand_ms)
         throttled = any(t.get("throttled") for t in telemetry.values() if t)
