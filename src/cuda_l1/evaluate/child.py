@@ -167,6 +167,13 @@ class Harness:
 
         setup = self.setup
         torch.set_num_threads(int(setup.get("threads", 1)))
+        core = setup.get("cpu_core")
+        if isinstance(core, int) and hasattr(os, "sched_setaffinity"):
+            try:  # the core the parent times the reference on (CPU device, one thread)
+                os.sched_setaffinity(0, {core})
+                self.sandbox["cpu_core"] = str(core)
+            except OSError:
+                pass
         # Same precision as the reference: no TF32 anywhere.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -188,6 +195,7 @@ class Harness:
 
         self.timer = harness_timer
         self.inputs_mod = harness_inputs
+        self.sandbox["host_allocator"] = "steady" if harness_timer.steady_host_allocator() else "default"
         self.flusher = harness_timer.Flusher(self.device, int(setup.get("flush_bytes", 0)))
 
         limits = setup.get("limits", {})

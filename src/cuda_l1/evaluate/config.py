@@ -50,6 +50,7 @@ class EvalConfig:
     first_call_timeout_s: float = 300.0  # the first call (JIT compilers such as Triton or torch.compile)
     call_timeout_s: float = 60.0  # any later call
     threads: int | None = None  # CPU threads for both sides (default 1 on CPU: two processes alternate on the cores)
+    cpu_core: int | None = None  # CPU device, one thread: the core both sides are timed on (None: the lowest allowed)
     best_known_speedup: float | None = None  # best verified speedup for this task, for the re-measure rule
     remeasure: bool = True  # apply the re-measure rule
     prewarm: bool | None = None  # keep a spare child (torch imported, device ready) started ahead; default: on CUDA

@@ -10,6 +10,7 @@ candidate runs only in a child (sandbox.py / child.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import secrets
 import statistics
@@ -41,6 +42,16 @@ def _leaf_bytes(leaves: list) -> list[int]:
 
 def _max_reply_bytes(leaves: list) -> int:
     return 4 * sum(_leaf_bytes(leaves)) + (64 << 20)
+
+
+def _timing_core(config: EvalConfig) -> int | None:
+    """The core both sides are timed on: CPU device with one thread, where the platform can pin."""
+    if config.device != "cpu" or (config.threads or 1) != 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if config.cpu_core is not None:
+        return config.cpu_core if config.cpu_core in allowed else None
+    return allowed[0] if allowed else None
 
 
 def _low_quantile(values: list[float]) -> float:
@@ -94,6 +105,7 @@ class CandidateRun:
             "candidate_source": self.source,
             "init_seed": self.ref.init_seed,
             "threads": cfg.threads or torch.get_num_threads(),
+            "cpu_core": _timing_core(cfg),
             "flush_bytes": self.ref.flusher.buffer.numel() * 4 if self.ref.flusher and self.ref.flusher.buffer is not None else 0,
             "landlock": cfg.sandbox.landlock,
             "read_paths": [str(build_cache_dir(cfg))],
@@ -207,6 +219,19 @@ class CandidateRun:
         return True
 
     def measure(self, child: ChildProcess) -> None:
+        core = _timing_core(self.config)
+        if core is None:
+            return self._measure(child)
+        # Both processes on one core (the child pinned itself at setup): they alternate, never overlap,
+        # and see the same caches and clock instead of whichever core the scheduler picked.
+        allowed = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {core})
+        try:
+            return self._measure(child)
+        finally:
+            os.sched_setaffinity(0, allowed)
+
+    def _measure(self, child: ChildProcess) -> None:
         cfg, tc = self.config, self.config.timing
         telemetry = Telemetry(cfg.device)
         bound = spot_bound(self.comparisons)
@@ -484,6 +509,9 @@ class Evaluator:
             self.config.threads = 1
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
+        from cuda_l1.evaluate.timer import steady_host_allocator
+
+        steady_host_allocator()  # the same policy as every child (see timer.py)
         self.task = task
         self.reference = PreparedReference(task, self.config.device, flush_cache=self.config.timing.flush_cache)
         if build is None:

@@ -173,7 +173,11 @@ class LocalPool(EvalPool):
 
     def _start(self, index: int):
         inbox = self._ctx.Queue()
-        proc = self._ctx.Process(target=_worker_main, args=(self.workers[index], self._worker_config, inbox, self._outbox),
+        config = self._worker_config
+        if self.workers[index] == "cpu" and config.cpu_core is None and hasattr(os, "sched_getaffinity"):
+            cores = sorted(os.sched_getaffinity(0))  # CPU workers time on different cores
+            config = dataclasses.replace(config, cpu_core=cores[index % len(cores)])
+        proc = self._ctx.Process(target=_worker_main, args=(self.workers[index], config, inbox, self._outbox),
                                  name=f"cuda-l1-worker-{index}", daemon=True)
         proc.start()
         return proc, inbox

@@ -58,6 +58,27 @@ def flush_bytes(device: str) -> int:
     return 32 * 2**20
 
 
+# glibc serves large blocks with fresh mmap()s until a freed one raises its threshold (up to 32 MiB),
+# so the same forward can page-fault on every call in one process and reuse heap memory in another:
+# identical code then timed 25% apart on CPU, depending on what each process had allocated before.
+# Both sides pin the policy instead: blocks below 256 MiB come from the heap, which is kept.
+_MMAP_THRESHOLD = 256 << 20
+_TRIM_THRESHOLD = 1 << 30
+
+
+def steady_host_allocator() -> bool:
+    """Give this process the same host-allocator policy as the other side (glibc only; else a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(mallopt(M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         _cuda_sync()

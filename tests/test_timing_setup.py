@@ -1,0 +1,83 @@
+"""Both sides of a CPU timing run under the same conditions: one core, one host-allocator policy. The
+parent gets its own CPU affinity back afterwards, and a pool's CPU workers time on different cores."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import pytest
+
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.evaluator import Evaluator, _timing_core
+from cuda_l1.evaluate.pool import EvalJob, LocalPool
+from cuda_l1.evaluate.verdict import OK
+from cuda_l1.tasks import make_task
+
+REFERENCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sigmoid(x) * x
+
+
+def get_inputs():
+    return [torch.randn(2048)]
+
+
+def get_init_inputs():
+    return []
+'''
+CANDIDATE = REFERENCE.replace("class Model(", "class ModelNew(")
+
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task(REFERENCE, name="silu", level=1, origin="test:silu")
+
+
+def _config(**kw) -> EvalConfig:
+    return EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2, **kw)
+
+
+@needs_affinity
+def test_the_timing_core_follows_device_threads_and_affinity():
+    lowest = min(os.sched_getaffinity(0))
+    assert _timing_core(_config()) == lowest
+    assert _timing_core(_config(threads=2)) is None  # several threads: pinning would serialise them
+    assert _timing_core(EvalConfig(device="cuda")) is None
+    assert _timing_core(_config(cpu_core=10_000)) is None  # not a core this process may use
+
+
+@needs_affinity
+def test_child_and_parent_share_a_core_and_the_allocator_policy(task):
+    before = os.sched_getaffinity(0)
+    evaluator = Evaluator(task, _config())
+    try:
+        verdict = evaluator.evaluate(CANDIDATE)
+    finally:
+        evaluator.close()
+    assert verdict.status == OK, verdict.reasons
+    assert verdict.sandbox["cpu_core"] == str(min(before))
+    if platform.libc_ver()[0] == "glibc":
+        assert verdict.sandbox["host_allocator"] == "steady"
+    assert os.sched_getaffinity(0) == before  # pinned for the timed rounds only
+
+
+@needs_affinity
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_pool_workers_time_on_different_cores(task):
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    pool = LocalPool("cpu", _config(), workers=2, remeasure_elsewhere=False)
+    try:
+        results = list(pool.run([EvalJob(task, CANDIDATE + f"\n# copy {i}\n", key=str(i)) for i in range(4)]))
+    finally:
+        pool.close()
+    assert all(r.verdict.status == OK for r in results)
+    # The first two jobs go to the two idle workers at once, so both cores are used.
+    assert {r.verdict.sandbox["cpu_core"] for r in results} == {str(c) for c in cores}
