@@ -509,9 +509,10 @@ class Evaluator:
             self.config.threads = 1
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
-        from cuda_l1.evaluate.timer import steady_host_allocator
+        if self.config.device == "cpu":
+            from cuda_l1.evaluate.timer import steady_host_allocator
 
-        steady_host_allocator()  # the same policy as every child (see timer.py)
+            steady_host_allocator()  # the same policy as every CPU child (see timer.py)
         self.task = task
         self.reference = PreparedReference(task, self.config.device, flush_cache=self.config.timing.flush_cache)
         if build is None:

@@ -61,7 +61,8 @@ def flush_bytes(device: str) -> int:
 # glibc serves large blocks with fresh mmap()s until a freed one raises its threshold (up to 32 MiB),
 # so the same forward can page-fault on every call in one process and reuse heap memory in another:
 # identical code then timed 25% apart on CPU, depending on what each process had allocated before.
-# Both sides pin the policy instead: blocks below 256 MiB come from the heap, which is kept.
+# On a CPU device both sides pin the policy instead: blocks below 256 MiB come from the heap, which
+# is kept. (On a GPU the timed work is on the device; the host policy is left alone there.)
 _MMAP_THRESHOLD = 256 << 20
 _TRIM_THRESHOLD = 1 << 30
 
