@@ -271,15 +271,15 @@ def test_correct_verdicts_keep_the_reference_timing_and_flag_a_disturbed_window(
     slow = judged(3, 2.6)  # +30% against the median of 2.0, 2.1, 1.95
     assert slow.passed is False and "+30.0%" in slow.detail and "disturbed" in slow.detail
     assert judged(4, 2.0, status="incorrect") is None  # only correct verdicts carry a reference time
-    stored = store.reference_timing_for(TASK_A.id, "cpu", torch_a)
+    stored = store.reference_timing(TASK_A.id, "cpu", torch_a)
     assert stored["samples_ms"] == [2.0, 2.1, 1.95, 2.6] and stored["median_ms"] == 2.1
     # New software versions start a new yardstick instead of being compared with the old one.
     assert judged(5, 4.0, versions=torch_b).passed is None
-    assert store.reference_timing_for(TASK_A.id, "cpu", torch_b)["samples_ms"] == [4.0]
+    assert store.reference_timing(TASK_A.id, "cpu", torch_b)["samples_ms"] == [4.0]
     # A verdict already on file changes nothing, not even the samples.
     cid, _ = store.add_candidate(TASK_A.id, code(500), "manual")
     assert not store.record_verdict(cid, dataclasses.replace(ok(1.5), reference_ms=9.0, versions=torch_a), device="cpu")
-    assert store.reference_timing_for(TASK_A.id, "cpu", torch_a)["samples_ms"] == [2.0, 2.1, 1.95, 2.6]
+    assert store.reference_timing(TASK_A.id, "cpu", torch_a)["samples_ms"] == [2.0, 2.1, 1.95, 2.6]
 
 
 def test_run_results_resume_and_export(store, tmp_path):

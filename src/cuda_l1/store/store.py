@@ -235,7 +235,7 @@ class Store:
                 "SELECT 1 FROM candidates WHERE task_id = ? AND id = ?", (task_id, candidate_id)
             ).fetchone() is None:
                 raise ValueError(f"unknown candidate {candidate_id} of task {task_id}; add_candidate() it first")
-            reference = self._reference_update(conn, task_id, stored)
+            reference = self._reference_update(task_id, stored)
             if reference is not None:
                 stored.checks = [*stored.checks, reference[0]]
             cur = conn.execute(
@@ -248,7 +248,7 @@ class Store:
                  stored.to_json(), time.time()),
             )
             if cur.rowcount == 1 and reference is not None:
-                self._save_reference(conn, task_id, stored, reference[1])
+                self._upsert_reference(conn, task_id, stored.device, stored.versions, reference[1])
             return cur.rowcount == 1
 
     def verdict_for(
@@ -421,38 +421,27 @@ class Store:
     reference_drift_limit = 0.10  # a reference median this far from the stored one flags the verdict
     reference_samples_kept = 20  # medians kept per task, device and versions (the latest ones)
 
-    @staticmethod
-    def _reference_key(verdict: Verdict) -> tuple[str, dict]:
-        return verdict.device or "unknown", {"versions": verdict.versions}
-
-    def _reference_update(self, conn, task_id: str, verdict: Verdict):
-        """(the `reference_stable` check for this verdict, the medians to store after it), or None."""
+    def _reference_update(self, task_id: str, verdict: Verdict) -> tuple[Check, dict] | None:
+        """(the `reference_stable` check for this verdict, the record to store after it), or None.
+        Called inside record_verdict's transaction, so it reads what that transaction sees."""
         if verdict.status != OK or not verdict.reference_ms or verdict.reference_ms <= 0:
             return None
-        device, versions = self._reference_key(verdict)
-        row = conn.execute(
-            "SELECT stats FROM reference_timings WHERE task_id = ? AND device = ? AND versions_key = ?",
-            (task_id, device, stable_key(versions))).fetchone()
-        samples = list((row_json(row[0], {}) if row else {}).get("samples_ms") or [])
+        known = self.reference_timing(task_id, verdict.device, verdict.versions) or {}
+        samples = list(known.get("samples_ms") or [])
         if not samples:
             check = Check("reference_stable", None, "first reference timing for this task, device and software: "
                           f"{verdict.reference_ms:.4g} ms, kept as the yardstick", blocking=False)
         else:
-            known = sorted(samples)[len(samples) // 2]
-            drift = verdict.reference_ms / known - 1.0
+            drift = verdict.reference_ms / known["median_ms"] - 1.0
             stable = abs(drift) <= self.reference_drift_limit
-            detail = (f"reference median {verdict.reference_ms:.4g} ms vs {known:.4g} ms over {len(samples)} earlier "
-                      f"verdict(s) on this device and software ({drift:+.1%})")
+            detail = (f"reference median {verdict.reference_ms:.4g} ms vs {known['median_ms']:.4g} ms over "
+                      f"{len(samples)} earlier verdict(s) on this device and software ({drift:+.1%})")
             if not stable:
                 detail += ": the measurement window was disturbed (clocks, heat or other work on the device)"
             check = Check("reference_stable", stable, detail, blocking=False)
-        return check, (samples + [verdict.reference_ms])[-self.reference_samples_kept:]
-
-    def _save_reference(self, conn, task_id: str, verdict: Verdict, samples: list[float]) -> None:
-        device, versions = self._reference_key(verdict)
-        ordered = sorted(samples)
-        stats = {"median_ms": ordered[len(ordered) // 2], "samples_ms": samples, "versions": verdict.versions}
-        self._upsert_reference(conn, task_id, device, versions, stats)
+        samples = (samples + [verdict.reference_ms])[-self.reference_samples_kept:]
+        return check, {"median_ms": sorted(samples)[len(samples) // 2], "samples_ms": samples,
+                       "versions": verdict.versions}
 
     @staticmethod
     def _upsert_reference(conn, task_id: str, device: str, versions_key: str | dict, stats: dict) -> None:
@@ -462,13 +451,9 @@ class Store:
             " DO UPDATE SET stats = excluded.stats, created_at = excluded.created_at",
             (task_id, device, stable_key(versions_key), json.dumps(stats, default=str), time.time()))
 
-    def reference_timing_for(self, task_id: str, device: str, versions: dict) -> dict | None:
-        """The stored reference timing that verdicts with this device name and `versions` are checked
-        against: {"median_ms", "samples_ms", "versions"}; None before the first correct verdict."""
-        return self.reference_timing(task_id, device, {"versions": versions})
-
     def reference_timing(self, task_id: str, device: str, versions_key: str | dict) -> dict | None:
-        """Cached reference statistics, valid while device and software versions are unchanged."""
+        """Stored reference statistics for a device name and its software versions (a dict, or a key
+        string); kept by `record_verdict` from correct verdicts as {"median_ms", "samples_ms", "versions"}."""
         rows = self._read(
             "SELECT stats FROM reference_timings WHERE task_id = ? AND device = ? AND versions_key = ?",
             (task_id, device, stable_key(versions_key)),
