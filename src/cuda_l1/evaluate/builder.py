@@ -14,9 +14,14 @@ from cuda_l1.evaluate.config import EvalConfig
 
 
 def build_cache_dir(config: EvalConfig) -> Path:
+    """The build cache, created if missing: a child's filesystem rules can only name a directory that
+    exists when it confines itself, so on a fresh machine the first build would land somewhere the
+    child may not read."""
     from cuda_l1.evaluate.build import default_cache_dir
 
-    return Path(config.build_cache_dir).expanduser() if config.build_cache_dir else default_cache_dir()
+    path = Path(config.build_cache_dir).expanduser() if config.build_cache_dir else default_cache_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def default_builder(config: EvalConfig) -> Callable[[dict], dict]:

@@ -46,6 +46,7 @@ class EvalConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)  # the timing protocol
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)  # isolation and limits of the child
     correctness_trials: int = 5  # independent input sets checked before any timing
+    timeout_s: float = 180.0  # wall-clock limit for one candidate's whole evaluation (load, checks, timing)
     load_timeout_s: float = 900.0  # importing the candidate, including extension builds
     first_call_timeout_s: float = 300.0  # the first call (JIT compilers such as Triton or torch.compile)
     call_timeout_s: float = 60.0  # any later call
