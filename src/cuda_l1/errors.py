@@ -1,4 +1,5 @@
-"""Errors a user can act on. The CLI prints them as one paragraph and exits with code 2."""
+"""Errors a user can act on. The CLI prints them as one paragraph: exit code 2 for bad input, 1 for a
+run that could not do its work."""
 
 from __future__ import annotations
 
@@ -19,3 +20,11 @@ class UserError(Exception):
 
 class TaskError(UserError):
     """A task source that is not a usable KernelBench-format task."""
+
+
+class RunError(Exception):
+    """The run itself failed (an endpoint that never answered, say): one paragraph, exit code 1.
+
+    Bad input is a UserError (exit 2); this is for input that was fine but whose work did not get done."""
+
+    exit_code = 1

@@ -1,29 +1,39 @@
 """The typer application and the error policy shared by every command.
 
-Bad input raises UserError somewhere below; here it becomes one coloured paragraph on stderr and exit
-code 2, never a traceback.
+Bad input raises UserError somewhere below, and usage errors (an unknown command or option, a missing
+argument, a value of the wrong type) come from typer's parser; both become one paragraph on stderr and
+exit code 2, never a traceback. A run that could not do its work raises RunError: exit code 1.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cuda_l1 import __version__
-from cuda_l1.errors import UserError
+from cuda_l1.errors import RunError, UserError
+
+PROG = "cuda-l1"
+
+# typer >= 0.26 parses with its own copy of click and, in rich help, prints a type column ("<bool>",
+# "<list[Path]>") that reads as noise: plain help there. Earlier versions escape brackets in plain
+# help ("\\[required]"), so they keep their default.
+_HELP_STYLE = {"rich_markup_mode": None} if importlib.util.find_spec("typer._click") else {}
 
 app = typer.Typer(
-    name="cuda-l1",
+    name=PROG,
     help="Make PyTorch modules faster with LLM-written CUDA, measured by an evaluator that cannot be gamed.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    **_HELP_STYLE,
 )
 
 console = Console()
@@ -49,22 +59,60 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def print_error(message: str) -> None:
+    """One paragraph on stderr. The message is escaped: a hint such as pip install 'cuda-l1[train]'
+    must keep its brackets."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def parser_exceptions() -> tuple[type, type, type]:
+    """(Exit, Abort, ClickException) of the click that the installed typer parses with.
+
+    typer >= 0.26 carries its own copy of click (typer._click) and raises those classes; earlier
+    versions raise the click package's. typer exports Exit, Abort and BadParameter in both cases, and
+    ClickException is a base of BadParameter, so it is found without importing either click."""
+    base = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    return typer.Exit, typer.Abort, base
+
+
+def usage_paragraph(exc: Exception) -> str:
+    """A parser error as one paragraph: what is wrong, the usage line, and where help is."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return message
+    usage = " ".join(ctx.get_usage().split())  # "Usage: cuda-l1 eval [OPTIONS] REFERENCE CANDIDATE"
+    message = message.strip()
+    if not message.endswith((".", "?", "!")):
+        message += "."
+    return f"{message} {usage}; see '{ctx.command_path} --help'."
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every user-facing failure into an exit code."""
+    exit_cls, abort_cls, click_exc = parser_exceptions()
     try:
-        app(args=argv, standalone_mode=False)
-        return 0
+        # Not standalone: errors come back here, so every version of typer ends in the same messages.
+        code = app(args=argv, prog_name=PROG, standalone_mode=False)
     except UserError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    except RunError as exc:
+        print_error(str(exc))
         return exc.exit_code
-    except click.exceptions.Abort:
+    except exit_cls as exc:
+        return exc.exit_code
+    except abort_cls:
         err_console.print("[red]aborted[/]")
         return 130
-    except click.ClickException as exc:
-        exc.show()
-        return 2
+    except click_exc as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `cuda-l1` or `cuda-l1 tasks` alone: the help
+            exc.show()
+            return exc.exit_code
+        print_error(usage_paragraph(exc))
+        return exc.exit_code  # 2 for usage errors
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/]")
         return 130
+    # Without standalone mode, click returns the code of typer.Exit(code) instead of raising it.
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0

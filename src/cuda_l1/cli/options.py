@@ -1,0 +1,62 @@
+"""Options shared by the commands that evaluate (eval, bench, audit, optimize), defined once.
+
+Each function returns a fresh typer.Option, since typer keeps one per parameter. Metavars name what a
+value is (DEVICE, SECONDS), so help and usage errors read without type placeholders.
+"""
+
+from __future__ import annotations
+
+import typer
+
+# EvalConfig.timeout_s; repeated here so that `--help` need not import torch (tests check they agree).
+DEFAULT_TIMEOUT_S = 180.0
+
+
+def device() -> typer.models.OptionInfo:
+    return typer.Option(None, "--device", metavar="DEVICE",
+                        help="cpu, cuda (all visible GPUs) or cuda:N; default: cuda if present, else cpu.")
+
+
+def tolerance() -> typer.models.OptionInfo:
+    return typer.Option("oracle", "--tolerance", metavar="MODE",
+                        help="oracle (checked against a float64 reference) or kernelbench (its atol/rtol).")
+
+
+def quick() -> typer.models.OptionInfo:
+    return typer.Option(False, "--quick", help="Short timing: fewer rounds, 4 s at most per candidate "
+                        "(smoke runs; speedups less precise).")
+
+
+def batch_timing() -> typer.models.OptionInfo:
+    return typer.Option(None, "--quick/--full",
+                        help="Timing: --quick (fewer rounds, 4 s at most per candidate) or --full (the whole "
+                        "protocol). Default: --quick on a CPU, --full on a GPU.")
+
+
+def timeout() -> typer.models.OptionInfo:
+    return typer.Option(None, "--timeout", metavar="SECONDS", min=1.0,
+                        help=f"Wall-clock limit for one candidate's whole evaluation (load, checks, timing); "
+                        f"past it the verdict is timeout. Default {DEFAULT_TIMEOUT_S:g}.")
+
+
+def workers() -> typer.models.OptionInfo:
+    return typer.Option(None, "--workers", metavar="N", min=1,
+                        help="Evaluation workers (default: one per GPU; 1 on CPU).")
+
+
+def cluster() -> typer.models.OptionInfo:
+    return typer.Option("local", "--cluster", metavar="WHERE", help="local, ray or ray://ADDRESS.")
+
+
+def levels() -> typer.models.OptionInfo:
+    return typer.Option(None, "--levels", metavar="LEVELS", help="Only these levels, e.g. 1,2.")
+
+
+def calibrate() -> typer.models.OptionInfo:
+    return typer.Option(True, "--calibrate/--no-calibrate",
+                        help="First time the reference against itself on a few tasks (A/A), to show how "
+                        "far identical code strays on this host; results on a host too noisy are marked.")
+
+
+def as_json(what: str) -> typer.models.OptionInfo:
+    return typer.Option(False, "--json", help=f"Print {what} as JSON.")
