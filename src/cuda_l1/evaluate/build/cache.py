@@ -5,7 +5,10 @@ Layout: `<cache_dir>/<key>/` holds `<module>.so` (absent for a failed build), `b
 A build runs in `<cache_dir>/tmp/<key>.<random>/` and is published with one `rename`, so readers
 see a whole entry or none. Builders of the same key (threads or processes) serialise on an
 `fcntl.flock` of `<cache_dir>/locks/<key>.lock` and re-check the cache after getting it, so a
-source is compiled once. Compile errors are published like successes (the same error comes back
+source is compiled once. Published entries are made readable by everyone (directories 0755, files
+at least 0644) whatever the builder's umask: a sandboxed child may see the files through a user
+namespace in which their owner is not its own user, and a private 0700 build directory (what
+`mkdtemp` makes) would then fail to load with "Permission denied". Compile errors are published like successes (the same error comes back
 without compiling again); time-outs, kills and out-of-memory failures are not, since they say more
 about the machine than about the source.
 """
@@ -56,6 +59,30 @@ class BuildResult:
             raise CompileError(f"extension build failed:\n{self.error}", key=self.key, log=self.error)
 
 
+STALE_WORKDIR_S = 24 * 3600  # a build directory this old was left by a killed builder: remove it
+
+
+def _make_dir(path: Path) -> Path:
+    """mkdir -p; the directory itself, when made here, gets 0755 (not what the umask says)."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o755)
+    return path
+
+
+def make_readable(root: Path) -> None:
+    """Directories 0755; files gain read for everyone (and execute where the owner has it)."""
+    for directory, _, files in os.walk(root):
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o755)
+        for name in files:
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                mode = os.stat(path).st_mode & 0o777
+                os.chmod(path, mode | 0o444 | (0o111 if mode & 0o100 else 0))
+
+
 class BuildCache:
     """A directory of published builds."""
 
@@ -83,9 +110,8 @@ class BuildCache:
     @contextlib.contextmanager
     def lock(self, key: str):
         """Exclusive per-key lock across threads and processes (flock on a per-call open)."""
-        locks = self.root / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{key}.lock", "w") as fh:
+        locks = _make_dir(self.root / "locks")
+        with open(locks / f"{key}.lock", "a") as fh:  # "a": never truncate a file another process holds
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -93,14 +119,25 @@ class BuildCache:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def new_workdir(self, key: str) -> Path:
-        tmp = self.root / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp = _make_dir(self.root / "tmp")
+        self._sweep(tmp)
         return Path(tempfile.mkdtemp(prefix=f"{key[:16]}.", dir=tmp))
+
+    @staticmethod
+    def _sweep(tmp: Path) -> None:
+        """Remove build directories of builders killed long ago (a live build is minutes old at most)."""
+        now = time.time()
+        with contextlib.suppress(OSError):
+            for old in tmp.iterdir():
+                with contextlib.suppress(OSError):
+                    if now - old.stat().st_mtime > STALE_WORKDIR_S:
+                        shutil.rmtree(old, ignore_errors=True)
 
     def publish(self, key: str, workdir: Path, meta: dict, log: str) -> Path:
         """Write meta.json and build.log, then move the directory into place atomically."""
         (workdir / "build.log").write_text(log)
         (workdir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        make_readable(workdir)  # before the rename: once published, other processes may load it at once
         target = self.entry(key)
         try:
             os.rename(workdir, target)
@@ -135,7 +172,7 @@ def build_extension(spec: ExtensionSpec, config: BuildConfig | None = None,
     toolchain = toolchain or detect_toolchain(config.arch)
     start = time.perf_counter()
     key = build_key(spec, toolchain, config)
-    cache = BuildCache(config.resolved_cache_dir())
+    cache = BuildCache(_make_dir(Path(config.resolved_cache_dir())))
     meta = cache.lookup(key)
     if meta is not None:
         return _result(key, meta, cache.entry(key), True, time.perf_counter() - start)

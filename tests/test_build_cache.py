@@ -1,0 +1,80 @@
+"""The build cache under concurrent processes: one compile, every process loads the published entry.
+
+Real processes (not threads), a real compiler and a builder umask of 077, as on a locked-down host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cuda_l1.evaluate.build import BuildCache, BuildConfig, ExtensionSpec, build_extension
+
+# Each process: build (or find) the spec, load it, call it, report what happened as one JSON line.
+BUILD_AND_LOAD = textwrap.dedent("""
+    import json, os, sys, time
+    os.umask(0o077)
+    import torch
+    from cuda_l1.evaluate.build import BuildConfig, ExtensionSpec, build_extension, load_built
+    cache, start_at = sys.argv[1], float(sys.argv[2])
+    spec = ExtensionSpec.from_load_inline_args(
+        name="shared_ext", cpp_sources="torch::Tensor triple(torch::Tensor a) { return a * 3; }",
+        functions=["triple"])
+    while time.time() < start_at:   # start both builds together
+        time.sleep(0.01)
+    result = build_extension(spec, BuildConfig(cache_dir=cache, pch="off"))
+    value = load_built(result).triple(torch.ones(2)).tolist()
+    print(json.dumps({"ok": result.ok, "cached": result.cached, "so": result.so_path, "value": value,
+                      "error": result.error}))
+""")
+
+
+@pytest.mark.slow
+def test_two_processes_build_one_spec_once_and_both_load_it(tmp_path):
+    cache = tmp_path / "cache"
+    start_at = str(time.time() + 8)  # both interpreters have imported torch by then
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD_AND_LOAD, str(cache), start_at],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert all(r["ok"] and r["value"] == [3.0, 3.0] for r in results), results
+    assert sorted(r["cached"] for r in results) == [False, True]  # compiled once, found once
+    assert results[0]["so"] == results[1]["so"]
+
+    # Published under umask 077, yet readable by anyone: a child in a user namespace is "anyone".
+    entry = os.path.dirname(results[0]["so"])
+    assert stat.S_IMODE(os.stat(entry).st_mode) == 0o755
+    for name in os.listdir(entry):
+        assert os.stat(os.path.join(entry, name)).st_mode & 0o044 == 0o044, name
+    assert not list((cache / "tmp").iterdir())  # nothing half-built left behind
+
+
+def test_a_stale_build_directory_is_swept_and_a_fresh_one_kept(tmp_path):
+    cache = BuildCache(tmp_path)
+    stale = cache.new_workdir("a" * 20)
+    fresh = cache.new_workdir("b" * 20)
+    old = time.time() - 2 * 24 * 3600
+    os.utime(stale, (old, old))
+    cache.new_workdir("c" * 20)
+    assert not stale.exists() and fresh.exists()
+
+
+def test_a_compile_error_is_published_readable_too(tmp_path):
+    old = os.umask(0o077)
+    try:
+        spec = ExtensionSpec.from_load_inline_args(name="broken_ext", cpp_sources="int f( { return 1; }",
+                                                   functions=["f"])
+        result = build_extension(spec, BuildConfig(cache_dir=tmp_path / "c", pch="off"))
+    finally:
+        os.umask(old)
+    assert not result.ok and result.entry_dir
+    assert stat.S_IMODE(os.stat(result.entry_dir).st_mode) == 0o755
+    assert os.stat(os.path.join(result.entry_dir, "meta.json")).st_mode & 0o044 == 0o044
