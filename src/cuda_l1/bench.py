@@ -16,7 +16,9 @@ from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import EvalJob, make_pool
 from cuda_l1.evaluate.verdict import Verdict
-from cuda_l1.tasks import Task, load_solutions_jsonl, load_tasks
+from cuda_l1.progress import EvalProgress
+from cuda_l1.tasks import Task, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
+from cuda_l1.tasks.loaders import first_tasks
 
 STORE_NAME = "history.sqlite"
 MISSING_RULE = "one"  # tasks without a correct candidate count as speedup 1.0 in means (as the paper)
@@ -138,7 +140,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     if not todo:
         return counts
     jobs = [EvalJob(c.task, c.source, meta={"index": i}) for i, c in enumerate(todo)]
-    with make_pool(cluster, config.device, config, workers) as pool, _progress(progress, len(jobs)) as bar:
+    with make_pool(cluster, config.device, config, workers) as pool, EvalProgress(len(jobs), enabled=progress) as bar:
         for result in pool.run(jobs):
             cand = todo[result.job.meta["index"]]
             store.record_verdict(result.verdict.candidate_id, result.verdict, ctx.run_id, dkey, ckey,
@@ -146,37 +148,36 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
             counts["evaluated"] += 1
             if on_result:
                 on_result(cand, result.verdict)
-            bar.advance(f"{cand.task.key} [{cand.label}] {result.verdict.status}"
-                        + (f" {result.verdict.speedup:.2f}x" if result.verdict.speedup is not None else ""))
+            bar.advance(verdict_line(cand.task.key, cand.label, result.verdict))
     return counts
 
 
-class _progress:
-    """A rich progress bar with ETA (or nothing, for JSON output and tests)."""
+def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
+    """'L1/19_ReLU compile ok 1.42x (raw 1.45, 95% CI 1.43-1.47)': one finished evaluation, in words."""
+    text = f"{task_key} {label} {verdict.status}"
+    if verdict.speedup is not None:
+        text += f" {verdict.speedup:.2f}x"
+        if verdict.raw_speedup is not None and verdict.ci:
+            text += f" (raw {verdict.raw_speedup:.2f}, 95% CI {verdict.ci[0]:.2f}-{verdict.ci[1]:.2f})"
+    elif verdict.reasons:
+        text += ": " + " ".join(str(verdict.reasons[0]).split())[:100]
+    return text
 
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total = enabled, total
 
-    def __enter__(self):
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+def check_references(tasks: Iterable[Task], device: str, cluster: str = "local") -> None:
+    """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
+    instead of as a failing verdict of each candidate. Skipped for GPUs that only a cluster has."""
+    import torch
 
-            from cuda_l1.cli.app import err_console
+    from cuda_l1.tasks.runtime import check_reference
 
-            self.progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(),
-                                     TimeRemainingColumn(), TextColumn("{task.description}"), console=err_console)
-            self.progress.__enter__()
-            self.task = self.progress.add_task("", total=self.total)
-        return self
-
-    def advance(self, description: str) -> None:
-        if self.enabled:
-            self.progress.update(self.task, advance=1, description=description)
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.progress.__exit__(*exc)
-        return False
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return
+    seen: set[str] = set()
+    for task in tasks:
+        if task.id not in seen:
+            seen.add(task.id)
+            check_reference(task, "cuda" if device == "cuda" else device)
 
 
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
@@ -184,20 +185,48 @@ def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict
 
 
 def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterable[str] = ()) -> dict:
-    """summary.json, results.csv, report.html and plots, with the scoring rules stated."""
-    from cuda_l1.report import write_all
+    """summary.json, results.csv, report.html and plots, with the scoring rules stated, what ran where
+    and when, and the noise check (OUT/calibration.json and the run's own eager candidates)."""
+    from cuda_l1.report import as_rows, write_all
+    from cuda_l1.report.provenance import provenance
 
+    rows = as_rows(rows)
+    noise = noise_summary(out_dir, rows)
     notes = list(notes) + [
         "Speedup = reference time / candidate time, scored toward 1 (the end of the 95% interval nearest 1).",
         "Tasks without a correct candidate count as speedup 1.0 in means (the CUDA-L1 paper's rule).",
     ]
-    return write_all(out_dir, rows, missing_as=MISSING_RULE, title=title, notes=notes)
+    if noise["too_noisy"]:
+        title += " (HOST TOO NOISY: speedups not reliable)"
+    return write_all(out_dir, rows, missing_as=MISSING_RULE, title=title, notes=notes,
+                     provenance=provenance(), noise=noise)
+
+
+def noise_summary(out_dir: str | Path, rows: list) -> dict:
+    """The latest A/A calibration of the run directory and the spread of the run's eager candidates,
+    and whether either says the host is too noisy."""
+    from cuda_l1.calibrate import eager_spread, load_calibrations, verdict_text
+
+    checks = load_calibrations(out_dir)
+    latest = checks[-1] if checks else None
+    device = latest["device"] if latest else ("cpu" if any(r.verdict.device.startswith("cpu") for r in rows)
+                                              else "cuda")
+    eager = eager_spread(rows, device)
+    judged = [c for c in (latest, eager) if c is not None]
+    return {
+        "calibration": latest,
+        "eager": eager,
+        "checked": bool(judged),
+        "too_noisy": any(c["too_noisy"] for c in judged),
+        "verdicts": [f"{c['kind']}: {verdict_text(c)}" for c in judged],
+    }
 
 
 def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None, device: str | None,
               config: EvalConfig, cluster: str = "local", workers: int | None = None, tasks_source: str | None = None,
-              progress: bool = True) -> dict:
-    """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory."""
+              progress: bool = True, limit: int | None = None) -> dict:
+    """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory.
+    `limit` keeps the first N tasks (after --levels)."""
     device = resolve_device(device, cluster)
     config = dataclasses.replace(config, device=device)
     notes: list[str] = []
@@ -208,12 +237,19 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     elif path.is_dir() and tasks_source:
         candidates = candidates_from_directory(source, load_tasks(tasks_source, levels=levels))
     else:
-        tasks = load_tasks(source, levels=levels)
+        tasks = select_tasks(source, levels, limit)
         candidates, notes = strategy_candidates(tasks, strategies, device)
         if not candidates:
-            raise UserError("no strategy applies on this device; try --strategies eager,compile.")
+            raise UserError(f"none of the strategies {', '.join(strategies)} applies on {device}; "
+                            "try --strategies eager,compile.")
     if levels:
         candidates = [c for c in candidates if c.task.level in levels]
+    if limit is not None:
+        keep = {t.id for t in first_tasks([c.task for c in candidates], limit)}
+        candidates = [c for c in candidates if c.task.id in keep]
+    if not candidates:
+        raise no_task_matched(source, levels)
+    check_references([c.task for c in candidates], device, cluster)
     ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": device})
     try:
         counts = evaluate_candidates(ctx, candidates, config, cluster=cluster, workers=workers, progress=progress)

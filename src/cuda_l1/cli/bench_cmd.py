@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from cuda_l1.cli.app import app, console, print_json
+from cuda_l1.cli import options
+from cuda_l1.cli.app import app, console, err_console, print_json
 from cuda_l1.cli.eval_cmd import eval_config
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import parse_levels
@@ -25,96 +28,125 @@ def _strategies(text: str) -> list[str]:
     return names
 
 
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def print_summary(summary: dict) -> None:
-    table = Table(title="speedup of the best candidate per task")
-    for col in ("scope", "tasks", "correct", "mean", "median", "geomean", "fast_1.0", "fast_1.5", "fast_2.0"):
-        table.add_column(col)
-    groups = [("all", summary["overall"])] + [(f"level {k}", v) for k, v in sorted(summary.get("levels", {}).items())]
+    """The headline table; narrow enough for 80 columns (no vertical rules, short headers)."""
+    table = Table(title="speedup of the best candidate per task", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("scope", "tasks", "correct", "mean", "median", "geomean", "fast_1", "fast_1.5", "fast_2"):
+        table.add_column(col, no_wrap=True, justify="left" if col == "scope" else "right")
+    groups = [("all", summary["overall"])] + [(f"L{k}", v) for k, v in sorted(summary.get("levels", {}).items())]
     for name, g in groups:
         s, fp = g["speedup"], g["fast_p"]
-        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        table.add_row(name, str(g["n_tasks"]), str(g["n_correct"]), fmt(s.get("mean")), fmt(s.get("median")),
-                      fmt(s.get("geomean")), fmt(fp.get("1")), fmt(fp.get("1.5")), fmt(fp.get("2")))
+        table.add_row(name, str(g["n_tasks"]), str(g["n_correct"]), _fmt(s.get("mean")), _fmt(s.get("median")),
+                      _fmt(s.get("geomean")), _fmt(fp.get("1")), _fmt(fp.get("1.5")), _fmt(fp.get("2")))
     console.print(table)
+    noise = summary.get("noise") or {}
+    if noise.get("too_noisy"):
+        for text in noise.get("verdicts", []):
+            err_console.print(f"[bold red]{escape(text)}[/]", highlight=False, soft_wrap=True)
+        err_console.print("[bold red]these results are marked as measured on a host too noisy to trust.[/]")
 
 
 @app.command("bench")
 def bench_command(
-    source: str = typer.Argument("builtin", help="Tasks ('builtin', a KernelBench directory, a file) or "
-                                 "candidates (a .jsonl solution set, or a directory with --tasks)."),
-    strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="Offline strategies to evaluate."),
-    levels: str = typer.Option(None, "--levels", help="Only these levels, e.g. 1,2."),
-    device: str = typer.Option(None, "--device", help="cpu, cuda (all visible GPUs) or cuda:N; default: cuda if present."),
-    out: Path = typer.Option(Path("runs/bench"), "--out", help="Run directory (store, report); reruns resume."),
-    tasks: str = typer.Option(None, "--tasks", help="Task source for a directory of candidate files."),
-    cluster: str = typer.Option("local", "--cluster", help="local, ray or ray://ADDRESS."),
-    workers: int = typer.Option(None, "--workers", help="Workers (default: one per GPU; 1 on CPU)."),
-    tolerance: str = typer.Option("oracle", "--tolerance", help="oracle (float64 reference) or kernelbench."),
-    quick: bool = typer.Option(False, "--quick", help="Shorter timing (smoke runs; less precise)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    source: str = typer.Argument("builtin", metavar="SOURCE",
+                                 help="Tasks ('builtin', a KernelBench directory, a file) or candidates (a .jsonl "
+                                 "solution set, or a directory with --tasks)."),
+    strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", metavar="NAMES",
+                                   help="Offline strategies to evaluate, comma-separated."),
+    levels: str = options.levels(),
+    limit: int = typer.Option(None, "--limit", metavar="N", min=1, help="Only the first N tasks (after --levels)."),
+    device: str = options.device(),
+    out: Path = typer.Option(Path("runs/bench"), "--out", metavar="DIR",
+                             help="Run directory (store, report); reruns resume."),
+    tasks: str = typer.Option(None, "--tasks", metavar="SOURCE", help="Task source for a directory of candidate files."),
+    cluster: str = options.cluster(),
+    workers: int = options.workers(),
+    tolerance: str = options.tolerance(),
+    quick: bool = options.batch_timing(),
+    timeout: float = options.timeout(),
+    calibrate: bool = options.calibrate(),
+    as_json: bool = options.as_json("the summary"),
 ) -> None:
-    """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates; write
-    summary.json, results.csv, report.html and plots to --out."""
-    from cuda_l1.bench import load_summary, run_bench
+    """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
 
-    result = run_bench(source, str(out), strategies=_strategies(strategies), levels=parse_levels(levels),
-                       device=device, config=eval_config(device, tolerance, quick), cluster=cluster,
-                       workers=workers, tasks_source=tasks, progress=not as_json)
+    Writes summary.json, results.csv, report.html and plots to --out."""
+    from cuda_l1.bench import check_references, load_summary, resolve_device, run_bench, select_tasks
+    from cuda_l1.cli.calibrate_cmd import noise_check
+
+    chosen = _strategies(strategies)
+    level_set = parse_levels(levels)
+    config = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
+    if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
+        noise_tasks = select_tasks(tasks or source, level_set, limit)
+        check_references(noise_tasks, config.device, cluster)
+        noise_check(noise_tasks, config, out, quiet=as_json)
+    result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=config.device, config=config,
+                       cluster=cluster, workers=workers, tasks_source=tasks, progress=not as_json, limit=limit)
     summary = load_summary(out)
     if as_json:
-        print_json({**result, "summary": {"overall": summary["overall"], "levels": summary.get("levels", {})}})
+        print_json({**result, "summary": {"overall": summary["overall"], "levels": summary.get("levels", {}),
+                                          "noise": summary.get("noise")}})
         return
     for note in result["notes"]:
-        console.print(f"[yellow]{note}[/]")
+        console.print(f"[yellow]{escape(note)}[/]")
     c = result["counts"]
     console.print(f"{c['evaluated']} evaluated, {c['skipped']} already done (resumed)")
     print_summary(summary)
-    console.print(f"report: {result['paths']['report']}")
+    console.print(f"report: {result['paths']['report']}", markup=False)
 
 
 @app.command("audit")
 def audit_command(
-    solutions: str = typer.Argument(..., help="A published solution set (.jsonl: level_id, task_id, ref_code, custom_code, score_*)."),
-    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N; default: cuda if present."),
-    out: Path = typer.Option(Path("runs/audit"), "--out", help="Run directory; reruns resume."),
-    cluster: str = typer.Option("local", "--cluster", help="local, ray or ray://ADDRESS."),
-    workers: int = typer.Option(None, "--workers", help="Workers (default: one per GPU; 1 on CPU)."),
-    hold: float = typer.Option(0.9, "--hold", help="A claim holds when measured >= HOLD x claimed."),
-    tolerance: str = typer.Option("oracle", "--tolerance", help="oracle (float64 reference) or kernelbench."),
-    quick: bool = typer.Option(False, "--quick", help="Shorter timing (smoke runs; less precise)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
+    solutions: str = typer.Argument(..., metavar="SOLUTIONS", help="A published solution set (.jsonl: level_id, "
+                                    "task_id, ref_code, custom_code, score_*)."),
+    device: str = options.device(),
+    out: Path = typer.Option(Path("runs/audit"), "--out", metavar="DIR", help="Run directory; reruns resume."),
+    cluster: str = options.cluster(),
+    workers: int = options.workers(),
+    hold: float = typer.Option(0.9, "--hold", metavar="FRACTION", help="A claim holds when measured >= FRACTION x claimed."),
+    tolerance: str = options.tolerance(),
+    quick: bool = options.batch_timing(),
+    timeout: float = options.timeout(),
+    as_json: bool = options.as_json("the audit"),
 ) -> None:
     """Re-evaluate a published solution set with this evaluator: claimed vs measured, per task and in total."""
     from cuda_l1.audit import run_audit
+    from cuda_l1.bench import resolve_device
 
     if not solutions.endswith(".jsonl"):
         raise UserError("audit reads a .jsonl solution set.", path=solutions)
-    result = run_audit(solutions, str(out), device=device, config=eval_config(device, tolerance, quick),
-                       cluster=cluster, workers=workers, hold_fraction=hold, progress=not as_json)
+    config = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
+    result = run_audit(solutions, str(out), device=config.device, config=config, cluster=cluster, workers=workers,
+                       hold_fraction=hold, progress=not as_json)
     if as_json:
         print_json(result)
         return
     totals = result["totals"]
-    console.print("claims: " + ", ".join(f"{k} {v}" for k, v in totals.items()))
-    console.print(f"audit: {result['paths']['audit']}  report: {result['paths']['report']}")
+    console.print("claims: " + ", ".join(f"{k} {v}" for k, v in totals.items()), markup=False)
+    console.print(f"audit: {result['paths']['audit']}  report: {result['paths']['report']}", markup=False)
 
 
 @app.command("report")
 def report_command(
-    run_dirs: list[Path] = typer.Argument(..., help="One run directory, or two to compare side by side."),
-    out: Path = typer.Option(None, "--out", help="Where a comparison is written (default: the first directory)."),
-    labels: str = typer.Option(None, "--labels", help="Names of the two runs, e.g. H100,H200."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (made by bench, audit or optimize)."),
+    other: Path = typer.Argument(None, metavar="OTHER_RUN_DIR", show_default=False,
+                                 help="A second run directory, to compare the two per task."),
+    out: Path = typer.Option(None, "--out", metavar="DIR", help="Where a comparison is written (default: RUN_DIR)."),
+    labels: str = typer.Option(None, "--labels", metavar="A,B", help="Names of the two runs, e.g. H100,H200."),
 ) -> None:
     """Rebuild a run's report from its store; with two runs, compare them per task."""
     from cuda_l1.bench import STORE_NAME, write_run_report
     from cuda_l1.report import compare_runs, write_comparison
     from cuda_l1.store import Store
 
+    run_dirs = [run_dir] + ([other] if other is not None else [])
     for d in run_dirs:
         if not (d / STORE_NAME).is_file():
             raise UserError(f"not a run directory (no {STORE_NAME}).", path=str(d))
-    if len(run_dirs) > 2:
-        raise UserError("report takes one run directory, or two to compare.")
     rows = []
     for d in run_dirs:
         with Store(d / STORE_NAME) as store:
@@ -122,15 +154,18 @@ def report_command(
             if not runs:
                 raise UserError("the store holds no run.", path=str(d))
             rows.append([r for run in runs for r in store.run_results(run.id)])
-    if len(run_dirs) == 1:
-        paths = write_run_report(run_dirs[0], rows[0], f"cuda-l1 report: {run_dirs[0]}")
-        console.print(f"report: {paths['report']}")
+    if other is None:
+        paths = write_run_report(run_dir, rows[0], f"cuda-l1 report: {run_dir}")
+        console.print(f"report: {paths['report']}", markup=False)
         return
-    names = tuple(labels.split(",")) if labels else (run_dirs[0].name, run_dirs[1].name)
+    names = tuple(labels.split(",")) if labels else (run_dir.name, other.name)
     if len(names) != 2:
         raise UserError("--labels takes two names separated by a comma.")
     comparison = compare_runs(rows[0], rows[1], labels=names)
-    target = out or run_dirs[0]
+    target = out or run_dir
     target.mkdir(parents=True, exist_ok=True)
     written = write_comparison(target, comparison, title=f"{names[0]} vs {names[1]}")
-    console.print(f"comparison: {written}")
+    s = comparison["summary"]
+    console.print(f"{s['n_common']} task(s) in both runs; {names[1]} faster on {s['b_faster']}, {names[0]} faster "
+                  f"on {s['a_faster']}, equal on {s['same']}", markup=False)
+    console.print(f"comparison: {written['compare_html']}  data: {written['compare_json']}", markup=False)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
+from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import load_task_file
@@ -18,7 +20,10 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def eval_config(device: str | None, tolerance: str, quick: bool, no_timing: bool = False):
+def eval_config(device: str | None, tolerance: str, quick: bool | None, no_timing: bool = False,
+                timeout: float | None = None):
+    """The EvalConfig the options describe. quick None: quick timing on a CPU, full on a GPU (the batch
+    commands' default, which keeps the README's main job within minutes on a CPU)."""
     from cuda_l1.evaluate.config import EvalConfig, TimingConfig
     from cuda_l1.evaluate.precision import ToleranceConfig
 
@@ -27,9 +32,14 @@ def eval_config(device: str | None, tolerance: str, quick: bool, no_timing: bool
     from cuda_l1.bench import check_device_string
 
     device = check_device_string(device or default_device())
+    if quick is None:
+        quick = not device.startswith("cuda")
     timing = TimingConfig.quick() if quick else TimingConfig()
     timing.enabled = not no_timing
-    return EvalConfig(device=device, tolerance=ToleranceConfig(mode=tolerance), timing=timing)
+    config = EvalConfig(device=device, tolerance=ToleranceConfig(mode=tolerance), timing=timing)
+    if timeout is not None:
+        config.timeout_s = float(timeout)
+    return config
 
 
 def _read_candidate(path: Path) -> str:
@@ -49,9 +59,9 @@ def print_verdict(verdict) -> None:
                  f"95% CI {verdict.ci[0]:.3f}-{verdict.ci[1]:.3f})  reference {verdict.reference_ms:.4f} ms, "
                  f"candidate {verdict.candidate_ms:.4f} ms")
     console.print(line)
-    console.print(f"task {verdict.task_name}  on {verdict.device}  in {verdict.elapsed_s:.1f} s")
-    for reason in verdict.reasons:
-        console.print(f"[red]- {reason}[/]", highlight=False)
+    console.print(f"task {verdict.task_name}  on {verdict.device}  in {verdict.elapsed_s:.1f} s", markup=False)
+    for reason in verdict.reasons:  # candidate output and tracebacks: brackets are text, not markup
+        console.print(f"[red]- {escape(reason)}[/]", highlight=False)
     table = Table(show_header=True, header_style="bold")
     table.add_column("check")
     table.add_column("outcome")
@@ -59,31 +69,40 @@ def print_verdict(verdict) -> None:
     for check in verdict.checks:
         mark = {True: "[green]pass[/]", False: "[red]fail[/]" if check.blocking else "[yellow]signal[/]",
                 None: "-"}[check.passed]
-        table.add_row(check.name, mark, check.detail[:300])
+        table.add_row(escape(check.name), mark, escape(check.detail[:300]))
     console.print(table)
     if verdict.sandbox:
-        console.print("sandbox: " + "; ".join(f"{k}: {v}" for k, v in verdict.sandbox.items() if k != "rlimits"))
+        console.print("sandbox: " + "; ".join(f"{k}: {v}" for k, v in verdict.sandbox.items() if k != "rlimits"),
+                      markup=False)
 
 
 @app.command("eval")
 def eval_command(
-    reference: Path = typer.Argument(..., help="Reference task file (KernelBench format)."),
-    candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew."),
-    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the verdict as one JSON object."),
-    tolerance: str = typer.Option("oracle", "--tolerance", help="oracle (float64 reference) or kernelbench."),
-    quick: bool = typer.Option(False, "--quick", help="Shorter timing (for smoke checks; less precise)."),
+    reference: Path = typer.Argument(..., metavar="REFERENCE", help="Reference task file (KernelBench format)."),
+    candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="Candidate file defining ModelNew."),
+    device: str = options.device(),
+    as_json: bool = options.as_json("the verdict"),
+    tolerance: str = options.tolerance(),
+    quick: bool = options.quick(),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness and integrity only."),
+    timeout: float = options.timeout(),
 ) -> None:
-    """Evaluate CANDIDATE against REFERENCE: isolation, correctness, integrity, timing. Exit 0 whenever a
-    verdict was produced, whatever it says."""
+    """Evaluate CANDIDATE against REFERENCE: isolation, correctness, integrity, timing.
+
+    Exit 0 whenever a verdict was produced, whatever it says; 2 for a broken reference or bad options."""
+    from cuda_l1.bench import check_references, resolve_device
     from cuda_l1.evaluate.evaluator import Evaluator
 
     task = load_task_file(reference)
     source = _read_candidate(candidate)
-    config = eval_config(device, tolerance, quick, no_timing)
+    config = eval_config(resolve_device(device), tolerance, quick, no_timing, timeout)
+    check_references([task], config.device)
     with console.status("evaluating…") if not as_json else _null():
-        verdict = Evaluator(task, config).evaluate(source)
+        evaluator = Evaluator(task, config)
+        try:
+            verdict = evaluator.evaluate(source)
+        finally:
+            evaluator.close()
     if as_json:
         print_json(verdict.to_dict())
     else:

@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich import box
+from rich.markup import escape
 from rich.table import Table
 
+from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, err_console, print_json
 from cuda_l1.cli.bench_cmd import print_summary
 from cuda_l1.cli.eval_cmd import eval_config
-from cuda_l1.errors import UserError
+from cuda_l1.errors import RunError, UserError
 from cuda_l1.tasks import parse_levels
 
 
@@ -40,64 +43,79 @@ def _strategy_names(text: str) -> tuple[str, ...]:
 
 
 def print_tasks(result: dict) -> None:
-    table = Table(title="best verified candidate per task (this run)")
+    table = Table(title="best verified candidate per task (this run)", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("task", "completions", "parse errors", "best", "from"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for t in result["tasks"]:
         best = "-" if t["best_speedup"] is None else f"{t['best_speedup']:.2f}x"
-        table.add_row(t["task"], f"{t['completions']}/{t['budget']}", str(t["parse_errors"]), best,
-                      t["best_origin"] or "-")
+        table.add_row(escape(t["task"]), f"{t['completions']}/{t['budget']}", str(t["parse_errors"]), best,
+                      escape(t["best_origin"] or "-"))
     console.print(table)
 
 
 @app.command("optimize")
 def optimize_command(
-    source: str = typer.Argument("builtin", help="Tasks: 'builtin', a KernelBench directory, a task .py file "
-                                 "or a .jsonl solution set."),
-    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
-    model: str = typer.Option(None, "--model", help="Model name sent to --base-url."),
-    endpoints: Path = typer.Option(None, "--endpoints", help="TOML/JSON file listing several endpoints."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env",
+    source: str = typer.Argument("builtin", metavar="SOURCE", help="Tasks: 'builtin', a KernelBench directory, "
+                                 "a task .py file or a .jsonl solution set."),
+    base_url: str = typer.Option(None, "--base-url", metavar="URL",
+                                 help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
+    model: str = typer.Option(None, "--model", metavar="NAME", help="Model name sent to --base-url."),
+    endpoints: Path = typer.Option(None, "--endpoints", metavar="FILE", help="TOML/JSON file listing several endpoints."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", metavar="VAR",
                                     help="Environment variable holding the key for --base-url (its name, not the key)."),
-    budget: int = typer.Option(8, "--budget", help="LLM completions per task in this run."),
-    device: str = typer.Option(None, "--device", help="cpu, cuda (all visible GPUs) or cuda:N; default: cuda if present."),
-    out: Path = typer.Option(Path("runs/optimize"), "--out", help="Run directory; rerunning the same command resumes."),
-    levels: str = typer.Option(None, "--levels", help="Only these levels, e.g. 1,2."),
-    concurrency: int = typer.Option(8, "--concurrency", help="Attempts (LLM request + evaluation) in flight across tasks."),
-    per_task: int = typer.Option(1, "--per-task", help="Attempts in flight per task (1: each prompt sees every "
-                                 "earlier result of its task)."),
-    strategies: str = typer.Option("eager,compile,compile-ro,cudagraph", "--strategies",
+    budget: int = typer.Option(8, "--budget", metavar="N", min=0, help="LLM completions per task in this run."),
+    device: str = options.device(),
+    out: Path = typer.Option(Path("runs/optimize"), "--out", metavar="DIR",
+                             help="Run directory; rerunning the same command resumes."),
+    levels: str = options.levels(),
+    concurrency: int = typer.Option(8, "--concurrency", metavar="N", min=1,
+                                    help="Attempts (LLM request + evaluation) in flight across tasks."),
+    per_task: int = typer.Option(1, "--per-task", metavar="N", min=1, help="Attempts in flight per task (1: each "
+                                 "prompt sees every earlier result of its task)."),
+    strategies: str = typer.Option("eager,compile,compile-ro,cudagraph", "--strategies", metavar="NAMES",
                                    help="Offline strategies every task starts from (those that do not apply on the "
                                    "device are skipped)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", help="Completion token limit for --base-url (default 4096)."),
-    temperature: float = typer.Option(None, "--temperature", help="Sampling temperature for --base-url (default 1.0)."),
-    cluster: str = typer.Option("local", "--cluster", help="local, ray or ray://ADDRESS."),
-    workers: int = typer.Option(None, "--workers", help="Evaluation workers (default: one per GPU; 1 on CPU)."),
-    tolerance: str = typer.Option("oracle", "--tolerance", help="oracle (float64 reference) or kernelbench."),
-    quick: bool = typer.Option(False, "--quick", help="Shorter timing (smoke runs; less precise)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the exemplar draws."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    max_tokens: int = typer.Option(None, "--max-tokens", metavar="N",
+                                   help="Completion token limit for --base-url (default 4096)."),
+    temperature: float = typer.Option(None, "--temperature", metavar="T",
+                                      help="Sampling temperature for --base-url (default 1.0)."),
+    cluster: str = options.cluster(),
+    workers: int = options.workers(),
+    tolerance: str = options.tolerance(),
+    quick: bool = options.batch_timing(),
+    timeout: float = options.timeout(),
+    calibrate: bool = options.calibrate(),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the exemplar draws."),
+    as_json: bool = options.as_json("the result"),
 ) -> None:
-    """Optimize tasks with an LLM: each prompt shows earlier variants with their measured speedups and
-    recent failures; every answer is evaluated and written back. Writes solutions.jsonl (the format
-    `cuda-l1 audit` reads), summary.json, results.csv, report.html and events.jsonl to --out."""
+    """Optimize tasks with an LLM: each prompt shows earlier variants with their measured speedups.
+
+    Recent failures are shown too; every answer is evaluated and written back. Writes solutions.jsonl
+    (the format `cuda-l1 audit` reads), summary.json, results.csv, report.html and events.jsonl to --out.
+    Without an endpoint only the offline strategies run."""
+    from cuda_l1.bench import check_references, load_summary, resolve_device, select_tasks
+    from cuda_l1.cli.calibrate_cmd import noise_check
     from cuda_l1.search import SearchConfig, run_optimize
 
     chosen = endpoints_from_options(base_url, model, endpoints, api_key_env, max_tokens, temperature)
     config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,
                           strategies=_strategy_names(strategies), seed=seed)
-    result = run_optimize(source, out, endpoints=chosen, config=config,
-                          eval_config=eval_config(device, tolerance, quick), device=device,
-                          levels=parse_levels(levels), cluster=cluster, workers=workers, progress=not as_json)
+    level_set = parse_levels(levels)
+    evaluation = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
+    tasks = select_tasks(source, level_set)
+    check_references(tasks, evaluation.device, cluster)
+    if calibrate:
+        noise_check(tasks, evaluation, out, quiet=as_json)
+    result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,
+                          device=evaluation.device, levels=level_set, cluster=cluster, workers=workers,
+                          progress=not as_json)
     if as_json:
-        print_json(result)
+        print_json({**result, "noise": load_summary(out).get("noise")})
     else:
         for note in result["notes"]:
             if note != result["hint"]:
-                console.print(f"[yellow]{note}[/]", highlight=False)
+                console.print(f"[yellow]{escape(note)}[/]", highlight=False)
         print_tasks(result)
-        from cuda_l1.bench import load_summary
-
         print_summary(load_summary(out))
         c, llm = result["counts"], result["llm"]
         line = (f"{c['completions']} completions ({c['parse_errors']} without usable code), "
@@ -105,10 +123,9 @@ def optimize_command(
         if llm:
             line += (f"; {llm['prompt_tokens']} prompt + {llm['completion_tokens']} completion tokens"
                      + (f", cost {llm['cost']:.4f}" if llm["cost"] else ""))
-        console.print(line)
-        console.print(f"solutions: {result['paths']['solutions']}  report: {result['paths']['report']}")
+        console.print(line, markup=False)
+        console.print(f"solutions: {result['paths']['solutions']}  report: {result['paths']['report']}", markup=False)
     if result["hint"]:
-        err_console.print(f"[yellow]{result['hint']}[/]", highlight=False)
+        err_console.print(f"[yellow]{escape(result['hint'])}[/]", highlight=False)
     if result["stopped"]:
-        err_console.print(f"[bold red]stopped early:[/] {result['stopped']}", highlight=False)
-        raise typer.Exit(1)
+        raise RunError(f"stopped early: {result['stopped']}")

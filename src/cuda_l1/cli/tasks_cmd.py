@@ -3,41 +3,48 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
-from cuda_l1.tasks import find_task, load_tasks, parse_levels
+from cuda_l1.tasks import find_task, load_tasks, parse_levels, select_tasks
 from cuda_l1.tasks.runtime import describe_task
 
 tasks_app = typer.Typer(help="List and inspect tasks.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
+
+def plural(count: int, noun: str) -> str:
+    """'1 task', '3 tasks'."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
 
 SOURCE_HELP = "'builtin', a KernelBench-layout directory, a task .py file, or a .jsonl solution set."
 
 
 @tasks_app.command("list")
 def list_tasks(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
-    levels: str = typer.Option(None, "--levels", help="Only these levels, e.g. 1,2."),
+    source: str = typer.Argument(..., metavar="SOURCE", help=SOURCE_HELP),
+    levels: str = options.levels(),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
 ) -> None:
     """List the tasks of SOURCE (parsed only: nothing is executed)."""
-    tasks = load_tasks(source, levels=parse_levels(levels))
+    tasks = select_tasks(source, parse_levels(levels))
     if as_json:
         print_json([t.summary() for t in tasks])
         return
-    table = Table(title=f"{len(tasks)} tasks from {source}")
+    table = Table(title=escape(f"{plural(len(tasks), 'task')} from {source}"))
     for column in ("id", "level", "name", "description"):
         table.add_column(column, overflow="fold")
-    for t in tasks:
-        table.add_row(t.id, str(t.level), t.name, t.description)
+    for t in tasks:  # descriptions are text: "[h', c']" must not be read as markup
+        table.add_row(t.id, str(t.level), escape(t.name), escape(t.description))
     console.print(table)
 
 
 @tasks_app.command("show")
 def show_task(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: str = typer.Argument(..., metavar="SOURCE", help=SOURCE_HELP),
     task_id: str = typer.Argument(..., metavar="ID", help="Task id (or 4+ leading characters), name, or level/number."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
 ) -> None:
@@ -47,11 +54,11 @@ def show_task(
     if as_json:
         print_json({**info, "source": task.source})
         return
-    console.print(f"[bold]{task.key}[/]  id {task.id}  level {task.level}")
+    console.print(f"[bold]{escape(task.key)}[/]  id {task.id}  level {task.level}")
     if task.description:
-        console.print(task.description)
-    console.print(f"origin: {task.origin}")
-    console.print(f"init inputs: {info['init_inputs']}")
-    console.print(f"inputs: {info['inputs']}")
+        console.print(task.description, markup=False)
+    console.print(f"origin: {task.origin}", markup=False)
+    console.print(f"init inputs: {info['init_inputs']}", markup=False)
+    console.print(f"inputs: {info['inputs']}", markup=False)
     console.print(f"parameters: {info['parameters']:,}")
     console.print(Syntax(task.source, "python", line_numbers=True))

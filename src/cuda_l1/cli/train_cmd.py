@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from cuda_l1.cli.app import app, console, err_console, print_json
 from cuda_l1.errors import UserError
@@ -74,16 +75,16 @@ def _report(summary: dict, as_json: bool) -> None:
     for key, value in summary.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)))
-        console.print(f"[bold]{key}[/]: {value}", highlight=False)
+        console.print(f"[bold]{escape(str(key))}[/]: {escape(str(value))}", highlight=False)
 
 
 @train_app.command("sft")
 def sft_command(
-    config: Path = typer.Option(..., "--config", "-c", help=CONFIG_HELP),
+    config: Path = typer.Option(..., "--config", "-c", metavar="FILE", help=CONFIG_HELP),
     data_only: bool = typer.Option(False, "--data-only", help="Only sample and verify data (phases = 'data')."),
     train_only: bool = typer.Option(False, "--train-only", help="Only fine-tune on existing data (phases = 'train')."),
     resume: bool = typer.Option(False, "--resume", help="Continue training from the newest checkpoint."),
-    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
+    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Stage 1: sample kernels from LLM endpoints for every task, keep the verified ones, fine-tune on them.
@@ -106,8 +107,8 @@ def sft_command(
 
 @train_app.command("self-improve")
 def self_improve_command(
-    config: Path = typer.Option(..., "--config", "-c", help=CONFIG_HELP),
-    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
+    config: Path = typer.Option(..., "--config", "-c", metavar="FILE", help=CONFIG_HELP),
+    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Stage 2: generate with the current model, keep verified answers (0/1 reward), fine-tune; repeat.
@@ -121,9 +122,9 @@ def self_improve_command(
 
 @train_app.command("rl")
 def rl_command(
-    config: Path = typer.Option(..., "--config", "-c", help=CONFIG_HELP),
+    config: Path = typer.Option(..., "--config", "-c", metavar="FILE", help=CONFIG_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in OUTPUT_DIR/trainer."),
-    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
+    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Stage 3: contrastive RL (GRPO). Prompts are built from the history store, rewards come from the
@@ -137,8 +138,8 @@ def rl_command(
 
 @train_app.command("tiny-model")
 def tiny_model_command(
-    out: Path = typer.Option(..., "--out", help="Directory to write the model and tokenizer to."),
-    seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
+    out: Path = typer.Option(..., "--out", metavar="DIR", help="Directory to write the model and tokenizer to."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Weight initialisation seed."),
 ) -> None:
     """Write a tiny random-weight Llama (2 layers, hidden 64) with an in-process BPE tokenizer: a local
     stand-in for a real checkpoint in CPU smoke runs and tests."""
@@ -151,7 +152,7 @@ def tiny_model_command(
 
 @train_app.command("defaults")
 def defaults_command(
-    stage: str = typer.Argument(..., help="sft, self-improve or rl."),
+    stage: str = typer.Argument(..., metavar="STAGE", help="sft, self-improve or rl."),
 ) -> None:
     """Print a TOML config for STAGE with every field at its default and a one-line help for each."""
     from cuda_l1.train.config import render_template

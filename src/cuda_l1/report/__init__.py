@@ -41,15 +41,23 @@ def write_all(
     title: str = "cuda-l1 report",
     notes: Sequence[str] = (),
     plots: bool = True,
+    provenance: Mapping | None = None,
+    noise: Mapping | None = None,
 ) -> dict[str, Path]:
     """Write summary.json, results.csv, the figures and report.html into out_dir; return their paths.
 
     Keys: summary, results, report, and (with plots) hist, tasks, fast_p.
+    provenance: what ran, where and when (`report.provenance.provenance()`); noise: the A/A check
+    (`bench.noise_summary`). Both go into summary.json and the report as given.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = as_rows(rows)
     summary = build_summary(rows, missing_as, origins=origins, baselines=baselines)
+    if provenance is not None:
+        summary["provenance"] = dict(provenance)
+    if noise is not None:
+        summary["noise"] = dict(noise)
     paths: dict[str, Path] = {
         "summary": write_summary_json(summary, out_dir / "summary.json"),
         "results": write_results_csv(rows, out_dir / "results.csv", origins=origins),

@@ -16,6 +16,8 @@ table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; } td.text, th.text { text-align: left; }
 tr.fail td { background: #fff4f4; } .rules li { margin: 0.2em 0; } .note { color: #555; }
+.noisy { background: #ffe9e9; border: 2px solid #c44e52; padding: 0.6em 1em; font-weight: bold; }
+.quiet { background: #eef7ee; border: 1px solid #55a868; padding: 0.4em 1em; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.4em 0; }
 """
 
@@ -165,9 +167,53 @@ def rules_list(summary: Mapping) -> str:
     return '<ul class="rules">' + "".join(items) + "</ul>"
 
 
+def provenance_section(prov: Mapping) -> str:
+    """Date, command, versions, commit and hardware, as a two-column table."""
+    git = prov.get("git") or {}
+    commit = git.get("commit") or "not a git checkout"
+    if git.get("dirty"):
+        commit += " (with uncommitted changes)"
+    versions = ", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items() if v)
+    hw = prov.get("hardware") or {}
+    hardware = "; ".join(x for x in [
+        hw.get("cpu"), f"{hw.get('cpus_allowed', hw.get('cpu_count'))} CPU(s) usable" if hw.get("cpu_count") else "",
+        ", ".join(hw.get("gpus") or []), hw.get("os")] if x)
+    rows = [["date", prov.get("date", "")], ["command", prov.get("command", "")], ["versions", versions],
+            ["git commit", commit], ["hardware", hardware]]
+    return "<h2>Run</h2>" + table(["", ""], rows, text_columns=(0, 1))
+
+
+def noise_section(noise: Mapping) -> str:
+    """The A/A check in words and numbers; a banner when the host was too noisy."""
+    if not noise.get("checked"):
+        return ('<h2>Noise check</h2><p class="note">No A/A check in this run (no calibration and no eager '
+                "candidates): nothing says how far identical code strays on this host.</p>")
+    cls = "noisy" if noise.get("too_noisy") else "quiet"
+    parts = [f'<p class="{cls}">{esc(text)}</p>' for text in noise.get("verdicts", [])]
+    rows = []
+    for check in (noise.get("calibration"), noise.get("eager")):
+        if check:
+            rows.append([check["kind"], check["what"], check["n_ok"], fmt(check.get("raw_median"), 3, "x"),
+                         fmt(check.get("raw_min"), 3, "x"), fmt(check.get("raw_max"), 3, "x"),
+                         f"1 ± {check['band']:g}", check["n_outside_band"], check["n_scored_off"],
+                         "too noisy" if check["too_noisy"] else "ok"])
+    parts.append(table(["check", "identical code", "n", "median raw", "min raw", "max raw", "band", "outside band",
+                        "score ≠ 1.00", "verdict"], rows, text_columns=(0, 1, 9)))
+    return "<h2>Noise check (A/A: the reference against itself)</h2>" + "".join(parts)
+
+
 def report_body(summary: Mapping, plots: Mapping[str, str | Path] | None = None,
                 notes: Sequence[str] = ()) -> str:
-    parts = [f"<p class=\"note\">{esc(note)}</p>" for note in notes]
+    parts = []
+    noise = summary.get("noise")
+    if noise and noise.get("too_noisy"):
+        parts.append('<p class="noisy">This host was too noisy to measure speedups: identical code did not '
+                     "measure as identical (see the noise check below). Do not publish these numbers.</p>")
+    parts += [f"<p class=\"note\">{esc(note)}</p>" for note in notes]
+    if summary.get("provenance"):
+        parts.append(provenance_section(summary["provenance"]))
+    if noise:
+        parts.append(noise_section(noise))
     overall = summary["overall"]
     parts.append(
         f"<p>{overall['n_tasks']} tasks, {summary.get('n_rows', overall['n_candidates'])} evaluated "

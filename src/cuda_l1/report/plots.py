@@ -92,6 +92,28 @@ def plot_speedup_hist(
     return _save(figure, path)
 
 
+def origin_colours(origins: Iterable[str]) -> dict[str, str]:
+    """One colour per winning origin (strategy or model), in order of first appearance."""
+    colours: dict[str, str] = {}
+    for origin in origins:
+        if origin not in colours:
+            colours[origin] = _LEVEL_COLOURS[len(colours) % len(_LEVEL_COLOURS)]
+    return colours
+
+
+def task_bar_data(outcomes: Sequence[stats.TaskOutcome], missing_as: str = "one") -> list[tuple]:
+    """The bars of `plot_task_bars`, fastest first: (speedup, level, task name, winning origin or None,
+    95% interval or None). A task with nothing correct is a bar at 1.0 (missing_as "one") or absent."""
+    bars = []
+    for outcome in outcomes:
+        if outcome.best_speedup is not None:
+            bars.append((outcome.best_speedup, outcome.level, outcome.task_name, outcome.best.origin, outcome.best.ci))
+        elif missing_as == "one":
+            bars.append((1.0, outcome.level, outcome.task_name, None, None))
+    bars.sort(key=lambda b: (-b[0], b[1], b[2]))
+    return bars
+
+
 def plot_task_bars(
     results: Iterable,
     path: str | Path,
@@ -99,39 +121,39 @@ def plot_task_bars(
     origins: Sequence[str] | None = None,
     title: str = "Best speedup per task",
 ) -> Path:
-    """One bar per task (best speedup, sorted, coloured by level); tasks with nothing correct in grey."""
-    outcomes = stats.outcomes_of(results, origins)
-    bars = []  # (speedup, level, name, correct)
-    for outcome in outcomes:
-        if outcome.best_speedup is not None:
-            bars.append((outcome.best_speedup, outcome.level, outcome.task_name, True))
-        elif missing_as == "one":
-            bars.append((1.0, outcome.level, outcome.task_name, False))
-    bars.sort(key=lambda b: (-b[0], b[1], b[2]))
+    """One bar per task (best speedup, sorted), coloured by the strategy or model that won it, with its
+    95% interval as a whisker; tasks with nothing correct in hatched grey."""
+    bars = task_bar_data(stats.outcomes_of(results, origins), missing_as)
     figure = Figure(figsize=(max(7.0, min(0.18 * len(bars) + 2, 30.0)), 4.5))
     axes = figure.add_subplot()
     if not bars:
         _no_data(axes)
     else:
-        positions = range(len(bars))
-        colours = [level_colour(level) if correct else _MISSING_COLOUR for _, level, _, correct in bars]
-        hatches = ["" if correct else "//" for *_, correct in bars]
+        positions = list(range(len(bars)))
+        winners = origin_colours(b[3] for b in bars if b[3] is not None)
+        colours = [winners[b[3]] if b[3] is not None else _MISSING_COLOUR for b in bars]
         drawn = axes.bar(positions, [b[0] for b in bars], color=colours, width=0.85)
-        for patch, hatch in zip(drawn, hatches):
-            patch.set_hatch(hatch)
+        for patch, bar in zip(drawn, bars):
+            patch.set_hatch("" if bar[3] is not None else "//")
+        whiskers = [(i, b[0], b[4]) for i, b in enumerate(bars) if b[4] is not None]
+        if whiskers:
+            low = [max(h - ci[0], 0.0) for _, h, ci in whiskers]
+            high = [max(ci[1] - h, 0.0) for _, h, ci in whiskers]
+            axes.errorbar([i for i, _, _ in whiskers], [h for _, h, _ in whiskers], yerr=[low, high], fmt="none",
+                          ecolor="black", elinewidth=0.8, capsize=2)
         axes.set_yscale("log")
         _speedup_axis(axes.yaxis)
         axes.axhline(1.0, color="black", linestyle="--", linewidth=1)
-        axes.set_ylabel("best speedup (log scale)")
+        axes.set_ylabel("best speedup (log scale), 95% interval")
         if len(bars) <= _MAX_TICK_LABELS:
-            axes.set_xticks(list(positions))
-            axes.set_xticklabels([b[2] for b in bars], rotation=70, ha="right", fontsize=7)
+            axes.set_xticks(positions)
+            axes.set_xticklabels([f"L{b[1]}/{b[2]}" for b in bars], rotation=70, ha="right", fontsize=7)
         else:
             axes.set_xticks([])
             axes.set_xlabel(f"{len(bars)} tasks, sorted by speedup")
-        levels = sorted({level for _, level, _, correct in bars if correct})
-        handles = [Patch(color=level_colour(level), label=f"level {level}") for level in levels]
-        if any(not b[3] for b in bars):
+        counts = {origin: sum(b[3] == origin for b in bars) for origin in winners}
+        handles = [Patch(color=colour, label=f"won by {origin} ({counts[origin]})") for origin, colour in winners.items()]
+        if any(b[3] is None for b in bars):
             handles.append(Patch(facecolor=_MISSING_COLOUR, hatch="//", label="no correct candidate (1.0)"))
         axes.legend(handles=handles, loc="upper right", fontsize=8)
     axes.set_title(title)

@@ -9,7 +9,9 @@ from cuda_l1.tasks.loaders import (
     load_solutions_jsonl,
     load_task_file,
     load_tasks,
+    no_task_matched,
     parse_levels,
+    select_tasks,
 )
 from cuda_l1.tasks.task import Task, make_task, source_id
 
@@ -24,6 +26,8 @@ __all__ = [
     "load_task_file",
     "load_tasks",
     "make_task",
+    "no_task_matched",
     "parse_levels",
+    "select_tasks",
     "source_id",
 ]

@@ -227,3 +227,33 @@ def find_task(tasks: list[Task], selector: str) -> Task:
         )
     names = ", ".join(f"{t.id} ({t.key})" for t in found[:8])
     raise UserError(f"{selector!r} is ambiguous: it matches {names}. Give more of the id.")
+
+
+def no_task_matched(source: str, levels: set[int] | None) -> UserError:
+    """The error for a selection that leaves nothing to do, naming what there was to choose from."""
+    if not levels:
+        return UserError("no task found.", path=source)
+    present = sorted({t.level for t in load_tasks(source)})
+    wanted = ",".join(str(level) for level in sorted(levels))
+    return UserError(f"no task matched --levels {wanted}; the levels here are "
+                     f"{', '.join(str(level) for level in present) or 'none'}.", path=source)
+
+
+def select_tasks(source: str, levels: set[int] | None, limit: int | None = None) -> list[Task]:
+    """The tasks of a source after --levels and a task limit; a UserError when none is left."""
+    tasks = load_tasks(source, levels=levels)
+    if limit is not None:
+        tasks = first_tasks(tasks, limit)
+    if not tasks:
+        raise no_task_matched(source, levels)
+    return tasks
+
+
+def first_tasks(tasks: list[Task], limit: int) -> list[Task]:
+    """The first `limit` distinct tasks, in order."""
+    seen: dict[str, Task] = {}
+    for task in tasks:
+        if len(seen) >= limit:
+            break
+        seen.setdefault(task.id, task)
+    return list(seen.values())

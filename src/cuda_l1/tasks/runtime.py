@@ -9,11 +9,17 @@ from __future__ import annotations
 import linecache
 import numbers
 import sys
+import traceback
 import types
 from typing import Any
 
 from cuda_l1.errors import TaskError
 from cuda_l1.tasks.task import Task
+
+
+# The file names candidate and reference code run under: tracebacks and error details name them.
+CANDIDATE_FILENAME = "candidate.py"
+REFERENCE_FILENAME = "reference.py"
 
 
 def load_module(source: str, module_name: str, filename: str) -> types.ModuleType:
@@ -74,20 +80,101 @@ def check_init_args(values: Any, origin: str) -> list:
     return list(values)
 
 
+def task_filename(task: Task) -> str:
+    """The file name a task's code runs under: where it came from, so tracebacks point there."""
+    return task.origin or f"{task.name}.py"
+
+
+def candidate_traceback(exc: BaseException, filename: str = CANDIDATE_FILENAME, limit: int = 6000) -> str:
+    """A traceback cut to what the author of `filename` can act on.
+
+    Keeps the frames of that file, and the innermost frame when the error surfaced elsewhere (inside
+    torch, say: that is where the message comes from), then the exception itself; harness and library
+    frames in between are dropped and counted. Chained exceptions are left out except for their last
+    line. The result is at most `limit` characters (its end is kept)."""
+    info = traceback.TracebackException(type(exc), exc, exc.__traceback__, capture_locals=False)
+    frames = list(info.stack)
+    mine = [i for i, f in enumerate(frames) if f.filename == filename]
+    keep = set(mine)
+    # Where the error surfaced, unless that is the compiler reading the candidate: a SyntaxError
+    # names the candidate's own line already.
+    surfaced_in_compile = isinstance(exc, SyntaxError) and getattr(exc, "filename", None) == filename
+    if frames and (not mine or mine[-1] != len(frames) - 1) and not surfaced_in_compile:
+        keep.add(len(frames) - 1)
+    lines: list[str] = []
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    if cause is not None:
+        lines.append("".join(traceback.format_exception_only(type(cause), cause)).rstrip())
+        lines.append("which led to:")
+    if keep:
+        lines.append(f"Traceback ({filename} frames; {len(frames) - len(keep)} harness and library frame(s) "
+                     "left out):")
+        for index in sorted(keep):
+            lines.append(traceback.StackSummary.from_list([frames[index]]).format()[0].rstrip("\n"))
+    lines.append("".join(info.format_exception_only()).rstrip())
+    text = "\n".join(lines)
+    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+
+
 def _call(module: types.ModuleType, name: str, origin: str):
     try:
         return getattr(module, name)()
     except Exception as exc:  # the task's own code failed: report it as bad input
-        raise TaskError(f"{name}() raised {type(exc).__name__}: {exc}", path=origin) from None
+        raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
+
+
+def _where(exc: BaseException, filename: str) -> str:
+    """'ValueError: boom (line 12: raise ValueError("boom"))': the error and the task's own line."""
+    own = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    text = f"{type(exc).__name__}: {exc}"
+    if own:
+        text += f" (line {own[-1].lineno}: {(own[-1].line or '').strip()})"
+    return text
 
 
 def load_task_module(task: Task, module_name: str = "cuda_l1_task") -> types.ModuleType:
+    filename = task_filename(task)
     try:
-        return load_module(task.source, module_name, f"<task {task.key}>")
+        return load_module(task.source, module_name, filename)
     except Exception as exc:
-        raise TaskError(
-            f"executing the module raised {type(exc).__name__}: {exc}", path=task.origin or task.name
-        ) from None
+        raise TaskError(f"executing the module raised {_where(exc, filename)}", path=filename) from None
+
+
+def check_reference(task: Task, device: str = "cpu", seed: int = 0) -> None:
+    """Run the reference once as the evaluator will: module, get_init_inputs, Model(...), get_inputs,
+    forward. Raises TaskError naming the task's file and line when any of them fails, so a broken
+    reference is reported as bad input before any candidate is blamed for it."""
+    import torch
+
+    from cuda_l1.evaluate import inputs as inputs_mod
+
+    origin = task_filename(task)
+    module = load_task_module(task, module_name=f"cuda_l1_check_{task.id}")
+    try:
+        init_args = check_init_args(_call_seeded(inputs_mod.make_init_inputs, module, seed, origin,
+                                                 "get_init_inputs"), origin)
+        try:
+            model = inputs_mod.build_model(module.Model, init_args, seed, device)
+        except Exception as exc:
+            raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
+        args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
+                                               device), origin)
+        try:
+            with torch.no_grad():
+                model(*args)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as exc:
+            raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
+    finally:
+        sys.modules.pop(module.__name__, None)
+
+
+def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
+    try:
+        return fn(module, seed, *rest)
+    except Exception as exc:  # the task's own code failed: report it as bad input
+        raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
 def describe_task(task: Task) -> dict:

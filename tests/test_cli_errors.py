@@ -1,0 +1,147 @@
+"""What a user sees when something is wrong: one paragraph, the right exit code, never a traceback.
+
+Every case runs the real `cuda-l1` command in a subprocess, so typer's own handling of exceptions (which
+an in-process runner hides) is part of what is tested. Usage errors and bad input exit 2; a run that
+could not do its work exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chat_server import ChatServer, Reply
+
+GOOD_TASK = textwrap.dedent('''
+    """Doubles the input (a [h', c'] pair in spirit)."""
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+
+    def get_inputs():
+        return [torch.randn(64)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+CANDIDATE = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            return x * 2
+''')
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run([sys.executable, "-m", "cuda_l1", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def assert_one_paragraph(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == code, text
+    assert "Traceback" not in text, text
+    assert proc.stderr.startswith("error:"), text
+    assert "\n\n" not in proc.stderr.strip(), text  # one paragraph
+    assert len(proc.stderr.strip().splitlines()) <= 4, text  # soft-wrapped at most
+    for needle in needles:
+        assert needle in text, (needle, text)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["bogus"], "No such command 'bogus'"),
+    (["eval"], "Missing argument 'REFERENCE'"),
+    (["eval", "--bogus-flag"], "--bogus-flag"),
+    (["bench", "--workers", "notanint"], "--workers"),
+    (["tasks", "list", "builtin", "--levels", "x"], "--levels takes comma-separated integers"),
+    (["eval", "ref.py", "cand.py", "--timeout", "0"], "--timeout"),
+])
+def test_usage_errors_exit_2_in_one_paragraph(args, needle, tmp_path):
+    proc = cli(*args, cwd=tmp_path)
+    assert_one_paragraph(proc, 2, needle)
+    if args[0] != "tasks":
+        assert "--help" in proc.stderr  # where to look next
+
+
+def test_help_and_version_exit_0_without_type_placeholders():
+    proc = cli("report", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "RUN_DIR" in proc.stdout and "<list" not in proc.stdout and "<bool>" not in proc.stdout
+    proc = cli("eval", "--help")
+    assert "--timeout SECONDS" in proc.stdout and "<bool>" not in proc.stdout
+    assert cli("--version").stdout.startswith("cuda-l1 ")
+
+
+@pytest.mark.parametrize("command", [["tasks", "list", "builtin"], ["bench", "builtin", "--device", "cpu"],
+                                     ["optimize", "builtin", "--device", "cpu"], ["calibrate", "builtin"]])
+def test_a_level_filter_that_matches_nothing_says_so(command, tmp_path):
+    proc = cli(*command, "--levels", "9", cwd=tmp_path)
+    assert_one_paragraph(proc, 2, "no task matched --levels 9", "1, 2, 3")
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+BROKEN = {
+    "inputs": ("return [torch.randn(64)]", 'raise RuntimeError("no inputs today")',
+               "get_inputs() raised RuntimeError: no inputs today"),
+    "forward": ("return x * 2", 'raise ValueError("forward broke")',
+                "Model.forward(*get_inputs()) raised ValueError: forward broke"),
+    "init": ("return []", "return [1, 2, 3]", "Model(*get_init_inputs()) raised TypeError"),
+    "module": ("import torch.nn as nn", "import torch.nn as nn\nimport no_such_module_here",
+               "executing the module raised ModuleNotFoundError"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(BROKEN))
+def test_a_broken_reference_is_bad_input_not_a_traceback(what, tmp_path):
+    old, new, message = BROKEN[what]
+    (tmp_path / "ref.py").write_text(GOOD_TASK.replace(old, new, 1))
+    (tmp_path / "cand.py").write_text(CANDIDATE)
+    proc = cli("eval", "ref.py", "cand.py", "--device", "cpu", "--quick", cwd=tmp_path)
+    assert_one_paragraph(proc, 2, "ref.py", message)
+
+
+def test_bench_over_a_folder_with_a_broken_task_names_it_before_evaluating(tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "1_good.py").write_text(GOOD_TASK)
+    (folder / "2_bad.py").write_text(GOOD_TASK.replace("return x * 2", 'raise ValueError("forward broke")'))
+    proc = cli("bench", str(folder), "--device", "cpu", "--strategies", "eager", "--out", str(tmp_path / "run"))
+    assert_one_paragraph(proc, 2, "2_bad.py", "line 9", "forward broke")
+    assert not (tmp_path / "run" / "history.sqlite").exists()  # no candidate was blamed for it
+
+
+def test_task_descriptions_keep_their_square_brackets(tmp_path):
+    (tmp_path / "1_pair.py").write_text(GOOD_TASK)
+    proc = cli("tasks", "list", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "[h', c']" in proc.stdout
+    assert "1 task from" in proc.stdout
+
+
+@pytest.mark.slow
+def test_an_endpoint_that_always_fails_stops_the_run_with_exit_1(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "1_double.py").write_text(GOOD_TASK)
+    with ChatServer(responder=lambda body: Reply(status=401, error_message="bad key")) as server:
+        proc = cli("optimize", str(tmp_path / "tasks"), "--base-url", server.base_url, "--model", "test-model",
+                   "--strategies", "eager", "--device", "cpu", "--no-calibrate", "--out", str(tmp_path / "run"))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "stopped early" in proc.stderr and "bad key" in proc.stderr
+    assert "Traceback" not in text
+    assert (tmp_path / "run" / "report.html").is_file()  # what was judged is still reported
