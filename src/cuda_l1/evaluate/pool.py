@@ -4,10 +4,12 @@
         for result in pool.run(jobs):                         # as they complete
             store.record_verdict(...)                         # the caller is the one store owner
 
-A worker is a trusted process: it prepares references (once per task) and judges candidates, each of
-which runs in its own sandboxed child. A worker that dies is replaced and its candidate retried once;
-a second death becomes a runtime_error verdict. The Ray backend (ray_pool.py) offers the same interface
-across hosts.
+A worker is a trusted process: it prepares references and judges candidates, each of which runs in
+its own sandboxed child. It keeps the references of the last two tasks it judged (`Evaluators`), so a
+long run's memory stays bounded. A worker that dies is replaced and its candidate retried once; a
+second death becomes a runtime_error verdict. A worker dies with the process that owns the pool, even
+one killed with SIGKILL (lifeline.py). The Ray backend (ray_pool.py) offers the same interface across
+hosts.
 
 The local pool also compiles queued candidates' extensions ahead on the CPU cores (prebuild.py) and
 dispatches only candidates whose builds are done, and it has a suspicious speedup (the re-measure
@@ -16,7 +18,9 @@ rule) confirmed by a different worker, so on a multi-GPU host by a different GPU
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import gc
 import multiprocessing as mp
 import os
 import queue
@@ -24,7 +28,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Verdict
@@ -79,21 +83,59 @@ def failed_verdict(job: EvalJob, message: str) -> Verdict:
 
 
 # -- the worker process ------------------------------------------------------------------------------
-def _worker_main(device: str, config: EvalConfig, inbox, outbox) -> None:
-    """Runs in a spawned process: judge jobs one at a time, references cached per task."""
+KEEP_REFERENCES = 2  # prepared references a worker holds: a task's candidates back to back, and one more
+
+
+class Evaluators:
+    """The evaluators a worker holds: one per task, for the `keep` tasks it judged most recently.
+
+    An evaluator holds its task's prepared reference (module, inputs, float64 oracle outputs) and
+    maybe a spare child; a worker that kept one per task grew to 5-6 GB over the built-in suite. Older
+    ones are closed (`Evaluator.close()`) and dropped before a new one is prepared, so at most `keep`
+    exist at any moment; a task that comes back is prepared again, which costs seconds, not memory.
+    """
+
+    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES):
+        self.make = make  # task -> Evaluator
+        self.keep = max(1, keep)
+        self._held: collections.OrderedDict[str, Any] = collections.OrderedDict()
+
+    def get(self, task: Task):
+        evaluator = self._held.pop(task.id, None)
+        if evaluator is None:
+            while len(self._held) >= self.keep:
+                _, old = self._held.popitem(last=False)
+                old.close()
+                del old
+                gc.collect()  # reference modules and tensors can sit in reference cycles
+            evaluator = self.make(task)
+        self._held[task.id] = evaluator  # most recently used last
+        return evaluator
+
+    def task_ids(self) -> list[str]:
+        return list(self._held)
+
+    def close(self) -> None:
+        while self._held:
+            self._held.popitem(last=False)[1].close()
+
+
+def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int) -> None:
+    """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept."""
+    from cuda_l1.evaluate import lifeline
+
+    lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
     from cuda_l1.evaluate.evaluator import Evaluator
 
-    evaluators: dict[str, Evaluator] = {}
+    evaluators = Evaluators(lambda task: Evaluator(task, dataclasses.replace(config, device=device)))
     while True:
         item = inbox.get()
         if item is None:
+            evaluators.close()
             return
         job_id, task, source, best = item
         try:
-            evaluator = evaluators.get(task.id)
-            if evaluator is None:
-                evaluator = Evaluator(task, dataclasses.replace(config, device=device))
-                evaluators[task.id] = evaluator
+            evaluator = evaluators.get(task)
             evaluator.config.best_known_speedup = best
             verdict = evaluator.evaluate(source)
             outbox.put((job_id, verdict.to_dict(), None))
@@ -161,15 +203,25 @@ class LocalPool(EvalPool):
         self._builds: dict[int, list[Future]] = {}  # job id -> builds it waits for before dispatch
         self._ctx = mp.get_context("spawn")  # workers must not inherit a CUDA context
         self._outbox = self._ctx.Queue()
-        self._slots = [self._start(i) for i in range(len(self.workers))]
+        self._slots: list = []
         self._pending: list[int] = []  # job ids in submission order (retries go first)
         self._futures: dict[int, tuple[Future, EvalJob, int]] = {}
         self._inflight: dict[int, int | None] = {i: None for i in range(len(self.workers))}
         self._next_id = 0
         self._lock = threading.Lock()
-        self._closing = False
+        self._closing = False  # no more dispatching or replacing; workers are being stopped
+        self._stopped = False  # the dispatcher may exit
+        self._closed = False
+        # The dispatcher thread starts every worker (and every replacement) and outlives them all:
+        # on Linux a worker's parent-death signal fires when the thread that started it exits.
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
         self._dispatcher = threading.Thread(target=self._dispatch, name="cuda-l1-pool", daemon=True)
         self._dispatcher.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._stopped = True
+            raise self._start_error
 
     def _start(self, index: int):
         inbox = self._ctx.Queue()
@@ -177,7 +229,8 @@ class LocalPool(EvalPool):
         if self.workers[index] == "cpu" and config.cpu_core is None and hasattr(os, "sched_getaffinity"):
             cores = sorted(os.sched_getaffinity(0))  # CPU workers time on different cores
             config = dataclasses.replace(config, cpu_core=cores[index % len(cores)])
-        proc = self._ctx.Process(target=_worker_main, args=(self.workers[index], config, inbox, self._outbox),
+        proc = self._ctx.Process(target=_worker_main,
+                                 args=(self.workers[index], config, inbox, self._outbox, os.getpid()),
                                  name=f"cuda-l1-worker-{index}", daemon=True)
         proc.start()
         return proc, inbox
@@ -214,7 +267,7 @@ class LocalPool(EvalPool):
 
     def _assign(self) -> None:
         for index, current in self._inflight.items():
-            if current is not None:
+            if current is not None or self._closing:
                 continue
             job_id = self._next_ready(index)
             if job_id is None:
@@ -229,7 +282,14 @@ class LocalPool(EvalPool):
         future.set_result(EvalResult(job, verdict, worker, attempts))
 
     def _dispatch(self) -> None:
-        while not self._closing:
+        try:
+            for index in range(len(self.workers)):
+                self._slots.append(self._start(index))
+        except BaseException as exc:  # reported by the constructor
+            self._start_error = exc
+        finally:
+            self._started.set()
+        while not self._stopped and self._start_error is None:
             self._assign()
             try:
                 job_id, verdict_dict, error = self._outbox.get(timeout=0.2)
@@ -287,8 +347,12 @@ class LocalPool(EvalPool):
         return [proc.pid for proc, _ in self._slots]
 
     def close(self) -> None:
+        """Stop the workers (each finishes its candidate, for at most 10 s), then the dispatcher; jobs
+        still unanswered get a runtime_error verdict."""
+        if self._closed:
+            return
+        self._closed = True
         self._closing = True
-        self._dispatcher.join(timeout=5)
         if self.prebuilder is not None:
             self.prebuilder.close()
         for proc, inbox in self._slots:
@@ -301,6 +365,10 @@ class LocalPool(EvalPool):
             proc.join(timeout=max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
+                proc.join(timeout=5)
+        self._stopped = True  # only now: the workers' parent-death signal is tied to this thread
+        if threading.current_thread() is not self._dispatcher:  # close() from a result callback
+            self._dispatcher.join(timeout=5)
         with self._lock:
             for future, job, _ in self._futures.values():
                 if not future.done():

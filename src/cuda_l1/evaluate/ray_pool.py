@@ -4,10 +4,12 @@
         for result in pool.run(jobs):
             store.record_verdict(...)                             # the driver stays the one store owner
 
-Each actor is a trusted worker like `pool._worker_main`: it keeps one Evaluator (one prepared reference)
-per task and judges candidates, each in its own sandboxed child on the actor's node. Verdicts travel
-as plain dicts. An actor that dies (process killed, node lost) is replaced and its candidate retried
-once; a second death becomes a runtime_error verdict, exactly as in LocalPool.
+Each actor is a trusted worker like `pool._worker_main`: it keeps the evaluators (prepared references)
+of the last tasks it judged (`pool.Evaluators`) and judges candidates, each in its own sandboxed child
+on the actor's node. Verdicts travel as plain dicts. An actor that dies (process killed, node lost) is
+replaced and its candidate retried once; a second death becomes a runtime_error verdict, exactly as in
+LocalPool. Actors die with the driver: Ray ends a job's actors when its driver exits, however it exits
+(and a Ray instance the pool started itself goes down with the driver's process).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ray import exceptions as ray_errors
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.pool import EvalJob, EvalPool, EvalResult, failed_verdict
+from cuda_l1.evaluate.pool import EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
 
 # An actor that fails to come up this many times in a row is given up (its slot is dropped).
@@ -78,7 +80,12 @@ class EvalWorker:
         # Ray pins the actor's GPU through CUDA_VISIBLE_DEVICES, so "cuda" here is that one GPU.
         self.device = "cuda" if device.startswith("cuda") else "cpu"
         self.config = config
-        self.evaluators: dict[str, Any] = {}
+        self.evaluators = Evaluators(self._make)
+
+    def _make(self, task):
+        from cuda_l1.evaluate.evaluator import Evaluator
+
+        return Evaluator(task, dataclasses.replace(self.config, device=self.device))
 
     def info(self) -> dict:
         import torch
@@ -93,21 +100,16 @@ class EvalWorker:
                 "torch": torch.__version__}
 
     def evaluate(self, task, source: str, best: float | None) -> tuple[dict | None, str | None]:
-        from cuda_l1.evaluate.evaluator import Evaluator
-
         try:
-            evaluator = self.evaluators.get(task.id)
-            if evaluator is None:
-                evaluator = Evaluator(task, dataclasses.replace(self.config, device=self.device))
-                self.evaluators[task.id] = evaluator
+            evaluator = self.evaluators.get(task)
             evaluator.config.best_known_speedup = best
             return evaluator.evaluate(source).to_dict(), None
         except Exception as exc:  # a bad task is the caller's error, reported per job
             return None, f"{type(exc).__name__}: {exc}"
 
     def prepared_tasks(self) -> list[str]:
-        """Ids of the tasks whose reference this actor has prepared (introspection for tests)."""
-        return sorted(self.evaluators)
+        """Ids of the tasks whose reference this actor holds now (introspection for tests)."""
+        return sorted(self.evaluators.task_ids())
 
 
 @dataclass

@@ -1,0 +1,269 @@
+"""Evaluation workers live no longer than the process that owns their pool, and hold few references.
+
+A pool's owner (`cuda-l1 optimize`, a training stage) killed with SIGKILL runs no cleanup: nobody
+tells its workers to stop. These tests kill a real owner that way, mid-evaluation, and then look at
+every process of the owner's session and every descendant it had: none may survive. They read /proc,
+so they run on Linux only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.pool import EvalJob, LocalPool
+from cuda_l1.evaluate.verdict import OK
+from cuda_l1.tasks import make_task
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+
+# A task whose every forward call sleeps: its evaluation lasts long enough to kill the owner mid-way.
+SLOW_TASK = '''
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(0.3)
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# A process that owns a local pool of two CPU workers, gives one of them the slow task, prints the
+# workers' pids and waits to be killed.
+POOL_OWNER = textwrap.dedent('''
+    import sys, time
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.pool import EvalJob, make_pool
+    from cuda_l1.tasks import make_task
+
+    task = make_task(open(sys.argv[1]).read(), name="slow", level=1, origin="test:slow")
+    pool = make_pool(sys.argv[2], "cpu", EvalConfig(device="cpu", timing=TimingConfig.quick()), workers=2)
+    pool.submit(EvalJob(task, open(sys.argv[1]).read().replace("class Model", "class ModelNew")))
+    deadline = time.monotonic() + 120
+    while len(pool.worker_pids()) < 2 and time.monotonic() < deadline:  # Ray actors report once they are up
+        time.sleep(0.2)
+    print(" ".join(map(str, pool.worker_pids())), flush=True)
+    time.sleep(600)
+''')
+
+
+# -- reading /proc -------------------------------------------------------------------------------------
+def _stat(pid: int) -> dict | None:
+    """state, ppid, session and start time of a process (None when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return {"state": fields[0], "ppid": int(fields[1]), "session": int(fields[3]), "start": int(fields[19])}
+
+
+def _processes() -> dict[int, dict]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (info := _stat(int(entry))) is not None:
+            found[int(entry)] = info
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def family(root: int) -> dict[int, int]:
+    """pid -> start time of `root`'s descendants and of every process in its session (root excluded)."""
+    table = _processes()
+    members = {pid for pid, info in table.items() if info["session"] == root}
+    frontier = [root, *members]
+    while frontier:  # sandboxed children start sessions of their own: follow parent links too
+        parent = frontier.pop()
+        for pid, info in table.items():
+            if info["ppid"] == parent and pid not in members:
+                members.add(pid)
+                frontier.append(pid)
+    members.discard(root)
+    return {pid: table[pid]["start"] for pid in members if pid in table}
+
+
+def survivors(known: dict[int, int], root: int) -> list[str]:
+    """Live processes among `known` (same pid, same start time: not a reused pid) or in `root`'s session."""
+    alive = []
+    for pid, info in _processes().items():
+        if info["state"] in ("Z", "X"):
+            continue
+        if known.get(pid) == info["start"] or info["session"] == root:
+            alive.append(f"{pid}: {_cmdline(pid)[:160]}")
+    return alive
+
+
+def wait_until(predicate, timeout: float, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def is_sandbox_child(pid: int) -> bool:
+    return "cuda_l1.evaluate.child" in _cmdline(pid)
+
+
+def is_worker(pid: int) -> bool:
+    """A local pool's worker (a multiprocessing child) or a Ray actor of the evaluation pool."""
+    command = _cmdline(pid)
+    return "multiprocessing.spawn" in command or "EvalWorker" in command
+
+
+def worker_evaluating(root: int) -> bool:
+    """Whether an evaluation worker under `root` has a sandboxed candidate child right now."""
+    table = _processes()
+    return any(is_sandbox_child(pid) and is_worker(table[pid]["ppid"])
+               for pid in family(root) if pid in table)
+
+
+def kill_and_check(owner: subprocess.Popen, evaluating_within: float = 180.0, rest_within: float = 20.0) -> None:
+    """Wait until a worker under `owner` evaluates a candidate, SIGKILL the owner alone, and require its
+    workers and their sandboxed children to be gone within 20 s, and every other process it had
+    started (and its whole session) within `rest_within` s."""
+    try:
+        started = wait_until(lambda: worker_evaluating(owner.pid), evaluating_within)
+        assert started, f"no worker was evaluating a candidate within {evaluating_within:.0f} s " \
+                        f"(owner exit code {owner.poll()})"
+        time.sleep(0.5)  # let the worker get into the candidate's checks
+        known = family(owner.pid)
+        os.kill(owner.pid, signal.SIGKILL)  # the owner only: its workers get no signal, no message
+        owner.wait(timeout=30)
+        def evaluating() -> list[str]:
+            return [line for line in survivors(known, owner.pid) if "multiprocessing.spawn" in line
+                    or "EvalWorker" in line or "cuda_l1.evaluate.child" in line]
+
+        left = wait_until(lambda: not evaluating(), timeout=20.0) or evaluating()
+        assert left is True, "evaluation processes outlived the killed owner:\n" + "\n".join(left)
+        left = wait_until(lambda: not survivors(known, owner.pid), timeout=rest_within) or survivors(known, owner.pid)
+        assert left is True, "processes outlived the killed owner:\n" + "\n".join(left)
+    finally:
+        for pid in family(owner.pid):  # never leave strays behind for the rest of the suite
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# -- the tests -------------------------------------------------------------------------------------------
+try:
+    import ray  # noqa: F401
+    BACKENDS = ["local", "ray"]
+except ImportError:  # CI installs the `ray` extra
+    BACKENDS = ["local"]
+
+
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.slow] if b == "ray" else []) for b in BACKENDS])
+def test_workers_die_when_the_pool_owner_is_killed(tmp_path, backend):
+    """A local pool's workers go within seconds. A private Ray instance's actors too; Ray's own agents
+    (dashboard and runtime-env agents) notice their raylet is gone on their own schedule, within a
+    minute or two."""
+    task_file = tmp_path / "slow.py"
+    task_file.write_text(SLOW_TASK)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a private Ray instance, owned by it
+    owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER, str(task_file), backend], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, start_new_session=True, env=env)
+    pids = [int(p) for p in owner.stdout.readline().split()]
+    assert len(pids) == 2, "the pool owner did not report its workers"
+    kill_and_check(owner, rest_within=150.0 if backend == "ray" else 20.0)
+
+
+@pytest.mark.slow
+def test_optimize_killed_with_sigkill_leaves_no_worker(tmp_path):
+    """`cuda-l1 optimize` killed by pid (not by process group) while a strategy is being evaluated."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "slow.py").write_text(SLOW_TASK)
+    args = [sys.executable, "-m", "cuda_l1", "optimize", str(tasks), "--strategies", "eager", "--device", "cpu",
+            "--quick", "--workers", "2", "--out", str(tmp_path / "run"), "--json"]
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    owner = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    kill_and_check(owner)
+
+
+# -- bounded memory: a worker keeps few prepared references ------------------------------------------------
+NOTED_TASK = '''
+import os
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        try:
+            with open({notes!r}, "a") as fh:
+                fh.write("{name} " + str(os.getpid()) + "\\n")
+        except OSError:  # the sandboxed candidate side cannot write here; only the worker notes
+            pass
+
+    def forward(self, x):
+        return x + {k}
+
+
+def get_inputs():
+    return [torch.randn(8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+NOTED_CANDIDATE = '''
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x + {k}
+'''
+
+
+def test_a_worker_keeps_at_most_two_prepared_references(tmp_path):
+    """A worker that judged tasks a, b, c prepares a again: the oldest reference was released."""
+    notes = tmp_path / "prepared.txt"
+    tasks = {name: make_task(NOTED_TASK.format(notes=str(notes), name=name, k=k), name=name, level=1,
+                             origin=f"test:{name}") for k, name in enumerate("abc")}
+    timing = TimingConfig.quick()
+    timing.enabled = False
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2)
+    with LocalPool("cpu", config, workers=1) as pool:
+        for name in ("a", "b", "c", "c", "b", "a"):
+            job = EvalJob(tasks[name], NOTED_CANDIDATE.format(k="abc".index(name)))
+            assert pool.submit(job).result(timeout=300).verdict.status == OK
+    prepared = [line.split()[0] for line in notes.read_text().splitlines()]
+    # a, b, c prepared once each; c and b are still held when they come again; a was released when c
+    # came, so it is prepared again. A worker that kept every reference would prepare each task once.
+    assert prepared == ["a", "b", "c", "a"], prepared
