@@ -54,12 +54,24 @@ def _check_installed() -> None:
 
 
 def _load(stage: str, config: Path, overrides: list[str] | None, **forced):
+    """The stage config, checked: its own fields, the training libraries, and the [trainer] table built
+    into TRL's config object now (not after hours of sampling), every error naming the file."""
     from cuda_l1.train.config import load_config
 
     if not config.is_file():
         raise UserError("no such config file.", path=str(config))
     extra = [f"{key}={value}" for key, value in forced.items()]
-    return load_config(_config_class(stage), config, list(overrides or []) + extra)
+    cfg = load_config(_config_class(stage), config, list(overrides or []) + extra)
+    _check_installed()
+    from cuda_l1.train.trainer_args import check_stage
+
+    try:
+        check_stage(stage, cfg)
+    except UserError as exc:
+        if exc.path is not None:
+            raise
+        raise UserError(str(exc), path=str(config)) from None
+    return cfg
 
 
 def _run(stage_fn, cfg) -> dict:
@@ -99,7 +111,6 @@ def sft_command(
     if resume:
         forced["resume_from_checkpoint"] = '"latest"'
     cfg = _load("sft", config, overrides, **forced)
-    _check_installed()
     from cuda_l1.train.sft_trainer import run_sft
 
     _report(_run(run_sft, cfg), as_json)
@@ -114,7 +125,6 @@ def self_improve_command(
     """Stage 2: generate with the current model, keep verified answers (0/1 reward), fine-tune; repeat.
     A rerun continues after the last completed round."""
     cfg = _load("self-improve", config, overrides)
-    _check_installed()
     from cuda_l1.train.self_improve_trainer import run_self_improve
 
     _report(_run(run_self_improve, cfg), as_json)
@@ -130,7 +140,6 @@ def rl_command(
     """Stage 3: contrastive RL (GRPO). Prompts are built from the history store, rewards come from the
     evaluator, and every verdict is written back to the store."""
     cfg = _load("rl", config, overrides, **({"resume_from_checkpoint": '"latest"'} if resume else {}))
-    _check_installed()
     from cuda_l1.train.rl_trainer import run_rl
 
     _report(_run(run_rl, cfg), as_json)

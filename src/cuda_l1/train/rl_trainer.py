@@ -14,7 +14,6 @@ all in TensorBoard format under OUTPUT_DIR/trainer/runs; rank 0 also appends the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -50,22 +49,19 @@ GRPO_DEFAULTS = {
 
 
 def grpo_args(config: RLStageConfig, output_dir: Path):
+    """trl.GRPOConfig from our defaults, the [trainer] table and the stage's vllm setting."""
     from trl import GRPOConfig
 
-    values = {**GRPO_DEFAULTS, **config.trainer, "output_dir": str(output_dir),
-              "seed": config.trainer.get("seed", config.seed),
-              "model_init_kwargs": {**model_kwargs(config.model), **config.trainer.get("model_init_kwargs", {})}}
+    from cuda_l1.train import trainer_args
+
+    fixed = {"output_dir": str(output_dir), "seed": config.trainer.get("seed", config.seed),
+             "model_init_kwargs": {**model_kwargs(config.model), **config.trainer.get("model_init_kwargs", {})}}
     if config.vllm != "off":
-        if importlib.util.find_spec("vllm") is None:
+        if not trainer_args.vllm_installed():
             raise UserError(f"vllm = '{config.vllm}' needs vllm installed (pip install 'cuda-l1[vllm]' on a GPU host); "
                             "set vllm = 'off' to generate with transformers.")
-        values.update(use_vllm=True, vllm_mode=config.vllm)
-    try:
-        return GRPOConfig(**values)
-    except TypeError as exc:
-        raise UserError(f"[trainer]: {exc} (the table takes trl.GRPOConfig fields).") from None
-    except ValueError as exc:
-        raise UserError(f"[trainer]: {exc}") from None
+        fixed.update(use_vllm=True, vllm_mode=config.vllm)
+    return trainer_args.build(GRPOConfig, config.trainer, GRPO_DEFAULTS, fixed)
 
 
 def contrastive_trainer_class():

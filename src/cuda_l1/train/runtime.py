@@ -25,6 +25,11 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0") or 0) == 0
 
 
+# The drivers that own the store and the pool, as `require_single_process` names them.
+DATA_PHASE = "the data phase (sampling and evaluation)"
+SELF_IMPROVE_DRIVER = "self-improve (its `launcher` runs each round's multi-GPU training)"
+
+
 def require_single_process(what: str) -> None:
     """Sampling and evaluation drivers own the store and the pool: one process, never one per GPU."""
     if world_size() > 1:

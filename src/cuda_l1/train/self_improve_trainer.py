@@ -33,6 +33,7 @@ from cuda_l1.train.judge import Attempt, Judge, rates
 from cuda_l1.train.metrics import MetricsLog
 from cuda_l1.train.modeling import check_model_path, model_kwargs
 from cuda_l1.train.runtime import (
+    SELF_IMPROVE_DRIVER,
     open_pool,
     prepare_output,
     register_tasks,
@@ -85,7 +86,7 @@ def _train_round(config: SelfImproveConfig, model_path: str, data_path: Path, ro
 
 def run_self_improve(config: SelfImproveConfig, console: Console | None = None) -> dict:
     console = console or Console(stderr=True)
-    require_single_process("self-improve (its `launcher` runs each round's multi-GPU training)")
+    require_single_process(SELF_IMPROVE_DRIVER)
     out = prepare_output(config.output_dir, to_dict(config), "self-improve")
     state_path = out / "state.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {}

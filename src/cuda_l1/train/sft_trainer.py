@@ -60,13 +60,9 @@ def sft_args(trainer: dict, output_dir: Path, seed: int):
     """trl.SFTConfig from our defaults and the [trainer] table (UserError on a field TRL does not know)."""
     from trl import SFTConfig
 
-    values = {**SFT_DEFAULTS, **trainer, "output_dir": str(output_dir), "seed": trainer.get("seed", seed)}
-    try:
-        return SFTConfig(**values)
-    except TypeError as exc:  # an unknown keyword
-        raise UserError(f"[trainer]: {exc} (the table takes trl.SFTConfig fields).") from None
-    except ValueError as exc:
-        raise UserError(f"[trainer]: {exc}") from None
+    from cuda_l1.train.trainer_args import build
+
+    return build(SFTConfig, trainer, SFT_DEFAULTS, {"output_dir": str(output_dir), "seed": trainer.get("seed", seed)})
 
 
 def finetune(model: ModelSection, lora: LoraSection, rows: list[dict], output_dir: str | Path,
@@ -118,6 +114,7 @@ def run_sft(config: SFTStageConfig, console: Console | None = None) -> dict:
     from cuda_l1.store import Store
     from cuda_l1.train.judge import Judge
     from cuda_l1.train.runtime import (
+        DATA_PHASE,
         is_main_process,
         open_pool,
         prepare_output,
@@ -133,7 +130,7 @@ def run_sft(config: SFTStageConfig, console: Console | None = None) -> dict:
         prepare_output(out, to_dict(config), "sft")
     summary: dict = {"output_dir": str(out)}
     if config.phases in ("all", "data"):
-        require_single_process("the data phase (sampling and evaluation)")
+        require_single_process(DATA_PHASE)
         tasks = select_tasks(config.tasks)
         with Store(store_path(config.store, out)) as store:
             register_tasks(store, tasks)
