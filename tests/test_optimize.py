@@ -521,3 +521,52 @@ def test_endpoint_flags_are_checked(tmp_path, capsys):
     config.write_text('[[endpoints]]\nbase_url = "http://localhost:8000/v1"\nmodel = "m"\napi_key = "sk-inline"\n')
     assert run(["optimize", "builtin", "--endpoints", str(config), "--out", str(tmp_path)]) == 2
     assert "api_key_env" in capsys.readouterr().err
+
+
+# -- task selection and resuming with other strategies ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_resume_judges_the_model_s_pending_candidates_but_not_dropped_strategies(tmp_path):
+    """A killed run left a compile candidate and a model candidate unjudged; the rerun asks only for
+    eager: the model's candidate is judged, the compile one is not (it would delay the run)."""
+    from cuda_l1.bench import RunContext
+    from cuda_l1.search.config import RUN_NAME
+    from cuda_l1.store import Origin
+    from cuda_l1.strategies import get_strategy
+    from cuda_l1.tasks import load_tasks
+
+    tasks = write_tasks(tmp_path / "tasks", scale=SCALE_TASK)
+    [scale] = load_tasks(str(tasks))
+    out = tmp_path / "run"
+    ctx = RunContext(out, RUN_NAME, {"source": str(tasks)})  # what the killed session had recorded
+    ctx.store.add_task(scale)
+    compiled, _ = ctx.store.add_candidate(scale.id, get_strategy("compile").generate(scale),
+                                          Origin(kind="strategy", strategy="compile"), run_id=ctx.run_id)
+    answer_id, _ = ctx.store.add_candidate(scale.id, SCALE_OK, Origin(kind="llm", model=MODEL), run_id=ctx.run_id)
+    ctx.close()
+
+    result = run_optimize(str(tasks), out, config=SearchConfig(budget=0, strategies=("eager",)),
+                          eval_config=quick_config(), device="cpu", progress=False)
+    judged = {cid for (cid,) in query(out / "history.sqlite", "SELECT candidate_id FROM verdicts")}
+    assert answer_id in judged and compiled not in judged
+    assert result["counts"]["resumed_evaluations"] == 1
+    assert any("not in --strategies" in note for note in result["notes"])
+    assert [e["origin"] for e in read_events(out / "events.jsonl") if e["event"] == "verdict"] == ["eager",
+                                                                                                 f"llm:{MODEL}"]
+
+
+@pytest.mark.slow
+def test_tasks_option_runs_only_the_named_tasks(tmp_path, capsys):
+    from cuda_l1.cli import run
+
+    tasks = write_tasks(tmp_path / "tasks", chain=CHAIN_TASK, scale=SCALE_TASK)
+    out = tmp_path / "run"
+    assert run(["optimize", str(tasks), "--tasks", "scale", "--strategies", "eager", "--device", "cpu", "--quick",
+                "--no-calibrate", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [t["task"].split("/")[-1] for t in result["tasks"]] == ["scale"]
+    names = {n for (n,) in query(out / "history.sqlite", "SELECT t.name FROM verdicts v JOIN tasks t ON t.id = v.task_id")}
+    assert names == {"scale"}
+    assert run(["optimize", str(tasks), "--tasks", "nosuch", "--device", "cpu", "--out", str(out)]) == 2
+    assert "no task matches 'nosuch'" in capsys.readouterr().err

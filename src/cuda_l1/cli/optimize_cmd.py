@@ -68,6 +68,8 @@ def optimize_command(
     out: Path = typer.Option(Path("runs/optimize"), "--out", metavar="DIR",
                              help="Run directory; rerunning the same command resumes."),
     levels: str = options.levels(),
+    task_ids: str = typer.Option(None, "--tasks", metavar="ID[,ID...]",
+                                 help="Only these tasks: ids or names as `cuda-l1 tasks list` shows them."),
     concurrency: int = typer.Option(8, "--concurrency", metavar="N", min=1,
                                     help="Attempts (LLM request + evaluation) in flight across tasks."),
     per_task: int = typer.Option(1, "--per-task", metavar="N", min=1, help="Attempts in flight per task (1: each "
@@ -96,19 +98,21 @@ def optimize_command(
     from cuda_l1.bench import check_references, load_summary, resolve_device, select_tasks
     from cuda_l1.cli.calibrate_cmd import noise_check
     from cuda_l1.search import SearchConfig, run_optimize
+    from cuda_l1.search.run import pick_tasks
 
     chosen = endpoints_from_options(base_url, model, endpoints, api_key_env, max_tokens, temperature)
     config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,
                           strategies=_strategy_names(strategies), seed=seed)
     level_set = parse_levels(levels)
     evaluation = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
-    tasks = select_tasks(source, level_set)
+    selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
+    tasks = pick_tasks(select_tasks(source, level_set), selectors)
     check_references(tasks, evaluation.device, cluster)
     if calibrate:
         noise_check(tasks, evaluation, out, quiet=as_json)
     result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,
                           device=evaluation.device, levels=level_set, cluster=cluster, workers=workers,
-                          progress=not as_json)
+                          progress=not as_json, tasks=selectors)
     if as_json:
         print_json({**result, "noise": load_summary(out).get("noise")})
     else:

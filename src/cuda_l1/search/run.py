@@ -32,7 +32,7 @@ from cuda_l1.search.ledger import EventLog, parse_error_rows, spent_per_task
 from cuda_l1.search.loop import Search, TaskState
 from cuda_l1.search.secrets import hidden_credentials
 from cuda_l1.store.records import origin_label
-from cuda_l1.tasks import Task, load_tasks
+from cuda_l1.tasks import Task, find_task, load_tasks
 
 NO_ENDPOINT_HINT = (
     "No LLM endpoint configured: only the offline strategies ran. To let a model optimize the tasks, add "
@@ -40,6 +40,27 @@ NO_ENDPOINT_HINT = (
     "read from --api-key-env, default OPENAI_API_KEY) or --endpoints FILE (several endpoints); "
     "see docs/optimize.md."
 )
+
+
+def pick_tasks(tasks: list[Task], selectors: Sequence[str] | None) -> list[Task]:
+    """The tasks `selectors` name (ids, id prefixes, names, L1/NAME keys or level/number, as `cuda-l1
+    tasks list` shows them), each once, in the order named; all of `tasks` when no selector is given."""
+    if not selectors:
+        return tasks
+    picked: dict[str, Task] = {}
+    for selector in selectors:
+        task = find_task(tasks, selector)
+        picked.setdefault(task.id, task)
+    return list(picked.values())
+
+
+def _resumable(pending: list, task_ids: set[str]) -> tuple[list, int]:
+    """Of the candidates a killed run left unjudged, those to judge now: the model's answers for the
+    selected tasks. An offline strategy's candidate is judged only while its strategy is in the
+    current --strategies, which `evaluate_candidates` has just done; the others are left unjudged
+    (a rerun that drops a slow strategy must not wait for it). Returns (to judge, left out)."""
+    keep = [r for r in pending if r.task_id in task_ids and r.origin.get("kind") != "strategy"]
+    return keep, sum(r.task_id in task_ids for r in pending) - len(keep)
 
 
 def _states(ctx: RunContext, tasks: list[Task], config: SearchConfig, spent: dict[str, int],
@@ -82,14 +103,16 @@ def _task_summaries(ctx: RunContext, tasks: list[Task], config: SearchConfig, co
 def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[EndpointConfig] = (),
                  config: SearchConfig | None = None, eval_config: EvalConfig | None = None,
                  device: str | None = None, levels: set[int] | None = None, cluster: str = "local",
-                 workers: int | None = None, progress: bool = True) -> dict:
-    """Optimize every task of `source`; returns what happened (per task, counts, LLM usage, paths)."""
+                 workers: int | None = None, progress: bool = True, tasks: Sequence[str] | None = None) -> dict:
+    """Optimize the tasks of `source` (those of `levels`, and only those `tasks` names when given);
+    returns what happened (per task, counts, LLM usage, paths)."""
     config = config or SearchConfig()
     device = resolve_device(device)
     eval_config = dataclasses.replace(eval_config or EvalConfig(), device=device)
-    tasks = load_tasks(source, levels=levels)
-    if not tasks:
+    selected = load_tasks(source, levels=levels)
+    if not selected:
         raise UserError("no tasks to optimize (check --levels).", path=source)
+    tasks = pick_tasks(selected, tasks)
     dkey, ckey = device_key(device), eval_config.config_key()
     ctx = RunContext(out_dir, RUN_NAME, {"source": source, "device": device, "budget": config.budget,
                                          "endpoints": [e.label for e in endpoints]})
@@ -121,8 +144,11 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
                 if c["parse_status"] == PARSE_ERROR:
                     parse_errors[c["task_id"]] = parse_errors.get(c["task_id"], 0) + 1
             states = _states(ctx, tasks, config, spent, parse_errors, dkey, ckey)
-            task_ids = {t.id for t in tasks}
-            pending = [r for r in ctx.store.unevaluated_candidates(ctx.run_id, dkey, ckey) if r.task_id in task_ids]
+            pending, left_out = _resumable(ctx.store.unevaluated_candidates(ctx.run_id, dkey, ckey),
+                                           {t.id for t in tasks})
+            if left_out:
+                notes.append(f"{left_out} candidate(s) of strategies not in --strategies, left unjudged by an "
+                             "earlier session, were not judged")
             if pending or client is not None:
                 with make_pool(cluster, device, eval_config, workers) as pool, \
                         Display(states, enabled=progress and client is not None,
