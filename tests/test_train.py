@@ -302,6 +302,32 @@ def test_two_ranks_get_identical_prompts_for_a_shared_group(tmp_path):
     store.close()
 
 
+def test_exemplars_and_best_speedup_come_from_verdicts_under_the_same_settings(tmp_path):
+    """Speedups judged under other evaluation settings (another tolerance, here) do not compare: the RL
+    prompt shows none of them and the re-measure rule does not measure against them."""
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.precision import ToleranceConfig
+    from cuda_l1.train.judge import Judge
+
+    ours, other = EvalConfig(), EvalConfig(tolerance=ToleranceConfig(mode="kernelbench"))
+    assert ours.config_key() != other.config_key()
+    store = Store(tmp_path / "h.db")
+    store.add_task(LAYERNORM)
+    ids = {}
+    for name, speedup, config in (("ours", 1.3, ours), ("other", 4.0, other)):
+        code = eager_code(LAYERNORM) + f"\n_SETTINGS = {name!r}\n"
+        ids[name], _ = store.add_candidate(LAYERNORM.id, code, Origin(kind="manual"))
+        store.record_verdict(ids[name], Verdict(status="ok", speedup=speedup, device="cpu-test"), device="cpu-test",
+                             config_key=config.config_key(), task_id=LAYERNORM.id)
+    judge = Judge(store, pool=None, config=ours, run_id=None, device_label="cpu-test")
+    assert judge.best_speedup(LAYERNORM.id) == pytest.approx(1.3)
+    builder = ContrastivePromptBuilder(store, {LAYERNORM.id: LAYERNORM}, PromptSection(n_exemplars=2), seed=0,
+                                       device="cpu-test", record=False, config_key=judge.config_key)
+    for step in range(5):
+        assert builder.build(LAYERNORM.id, 0, step)["exemplar_ids"] == [ids["ours"]]
+    store.close()
+
+
 # -- the reward function against the real evaluator --------------------------------------------------------
 @pytest.mark.slow
 def test_reward_function_judges_with_the_evaluator_and_writes_the_store(tmp_path):

@@ -81,7 +81,11 @@ class Judge:
         self.evaluations = 0  # programs actually sent to the evaluator
 
     def best_speedup(self, task_id: str) -> float | None:
-        best = self.store.best_candidate(task_id, self.device_label) if self.device_label else None
+        """The best verified speedup on this device under these settings (for the re-measure rule):
+        speedups timed with other settings do not compare."""
+        if not self.device_label:
+            return None
+        best = self.store.best_candidate(task_id, self.device_label, config_key=self.config_key)
         return best.speedup if best is not None else None
 
     def _known(self, task_id: str, code: str) -> Verdict | None:

@@ -61,7 +61,8 @@ class ContrastivePromptBuilder:
     """Builds (and records) the contrastive prompt of one dataset row at one training step."""
 
     def __init__(self, store: Store, tasks: dict[str, Task], section: PromptSection, seed: int,
-                 run_id: int | None = None, device: str | None = None, record: bool = True):
+                 run_id: int | None = None, device: str | None = None, record: bool = True,
+                 config_key: str | None = None):
         self.store = store
         self.tasks = tasks  # task id -> Task
         self.section = section
@@ -70,11 +71,12 @@ class ContrastivePromptBuilder:
         self.run_id = run_id
         self.device = device  # verdict device whose speedups are shown (speedups on other GPUs do not compare)
         self.record = record  # write each prompt to the store (completions link to it)
+        self.config_key = config_key  # evaluation settings whose speedups are shown (None: any)
 
     def build(self, task_id: str, row: int, step: int) -> dict:
         task = self.tasks[task_id]
         rng = random.Random(stable_seed(self.seed, step, row, task_id))
-        candidates = self.store.correct_candidates(task_id, device=self.device)
+        candidates = self.store.correct_candidates(task_id, device=self.device, config_key=self.config_key)
         exemplars = sample_exemplars(candidates, self.sampler, rng)
         failures = []
         if self.section.failures:

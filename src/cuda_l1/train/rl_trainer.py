@@ -138,7 +138,8 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
             state["device_label"] = judge.device_label
             state_path.write_text(json.dumps(state, indent=2))
             console.print(f"seeded the store: {seeded}")
-            builder = ContrastivePromptBuilder(store, by_id, config.prompt, config.seed, run_id, judge.device_label)
+            builder = ContrastivePromptBuilder(store, by_id, config.prompt, config.seed, run_id, judge.device_label,
+                                               config_key=judge.config_key)
             metrics = MetricsLog(out / "rl_metrics.jsonl")
         reward = EvaluatorReward(judge, by_id, config.reward, collective, model_name=path, metrics=metrics)
 
