@@ -4,12 +4,11 @@ parent gets its own CPU affinity back afterwards, and a pool's CPU workers time 
 from __future__ import annotations
 
 import os
-import platform
 
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.evaluator import Evaluator, _timing_core
+from cuda_l1.evaluate.evaluator import Evaluator, timing_core
 from cuda_l1.evaluate.pool import EvalJob, LocalPool
 from cuda_l1.evaluate.verdict import OK
 from cuda_l1.tasks import make_task
@@ -48,10 +47,10 @@ def _config(**kw) -> EvalConfig:
 @needs_affinity
 def test_the_timing_core_follows_device_threads_and_affinity():
     lowest = min(os.sched_getaffinity(0))
-    assert _timing_core(_config()) == lowest
-    assert _timing_core(_config(threads=2)) is None  # several threads: pinning would serialise them
-    assert _timing_core(EvalConfig(device="cuda")) is None
-    assert _timing_core(_config(cpu_core=10_000)) is None  # not a core this process may use
+    assert timing_core(_config()) == lowest
+    assert timing_core(_config(threads=2)) is None  # several threads: pinning would serialise them
+    assert timing_core(EvalConfig(device="cuda")) is None
+    assert timing_core(_config(cpu_core=10_000)) is None  # not a core this process may use
 
 
 @needs_affinity
@@ -64,9 +63,7 @@ def test_child_and_parent_share_a_core_and_the_allocator_policy(task):
         evaluator.close()
     assert verdict.status == OK, verdict.reasons
     assert verdict.sandbox["cpu_core"] == str(min(before))
-    if platform.libc_ver()[0] == "glibc":
-        assert verdict.sandbox["host_allocator"] == "steady"
-    assert os.sched_getaffinity(0) == before  # pinned for the timed rounds only
+    assert os.sched_getaffinity(0) == before  # the parent pins itself only to flush that core's caches
 
 
 @needs_affinity

@@ -1,19 +1,23 @@
-"""Confinement a child applies to itself before any candidate code is imported.
+"""Confinement a side applies to itself at process start, before torch is imported and before any
+thread exists (so every rule holds for every thread it will ever have).
 
-Layers, each reported back so the verdict says exactly what was enforced on this machine:
-- `namespaces`: a new PID namespace (the harness is PID 1, so every process the candidate starts dies
-  with it, and no outside process can be signalled) and a new network namespace (no network at all).
-  Needs root or unprivileged user namespaces.
-- `landlock`: the Linux Landlock LSM (kernel >= 5.13): writes only inside the scratch directory (and
-  device nodes), reads only below an allow-list of system and Python directories, so files such as
-  ~/.aws/credentials cannot be opened; TCP bind/connect denied where the ABI supports it (>= 4);
-  signals and abstract sockets outside the sandbox denied where supported (ABI >= 6).
-- `rlimits`: CPU time, file size, open files, core dumps, and (for CPU-only runs) address space;
-  processes when not running as root (the kernel ignores RLIMIT_NPROC for root).
-The parent adds what a process cannot do to itself: a scrubbed environment, wall-clock and memory
-watchdogs, a process-count limit, and killing the whole process group at the end (sandbox.py).
+In this order, each layer reported back so the verdict says what was enforced on this machine:
+1. `cpu_core`: pinned to the core both sides are timed on (CPU evaluations); seccomp then forbids
+   changing it.
+2. `namespaces`: new PID (the harness is PID 1: everything the side starts dies with it, and no
+   outside process can be named), network (no network at all) and mount namespaces; a user namespace
+   too when not started as root.
+3. `mounts`: a private, size-limited tmpfs on /dev/shm and a /proc that shows only the namespace.
+4. `rlimits`: CPU time, file size, open files, core dumps, and (CPU evaluations) address space.
+5. `identity`: an unprivileged uid (65534) when the interpreter and packages are readable by one;
+   otherwise uid 0 stays but every capability is dropped (bounding, ambient, effective, permitted)
+   and the securebits are locked, so root's owner rights remain only where Landlock allows.
+6. `landlock` (landlock.py): reads below an allow-list, writes in the scratch directory and device nodes.
+7. `seccomp` (seccomp.py): no scheduling, priority or affinity changes, no ptrace, no namespaces.
+The parent adds what a process cannot do to itself (sandbox.py): a scrubbed environment, freezing
+between windows, memory and process watchdogs, reading outputs from outside.
 
-This module must stay importable without torch: the child calls it first.
+This module must stay importable without torch.
 """
 
 from __future__ import annotations
@@ -22,45 +26,24 @@ import ctypes
 import ctypes.util
 import os
 import resource
-import struct
+import stat
 import sys
+from dataclasses import dataclass, field
 
+from cuda_l1.evaluate import landlock, seccomp
+
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-
-_SYS_LANDLOCK_CREATE_RULESET = 444
-_SYS_LANDLOCK_ADD_RULE = 445
-_SYS_LANDLOCK_RESTRICT_SELF = 446
-_LANDLOCK_CREATE_RULESET_VERSION = 1
-_LANDLOCK_RULE_PATH_BENEATH = 1
-_LANDLOCK_RULE_NET_PORT = 2
-_PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
-
-# Landlock filesystem access rights (by ABI version).
-FS_EXECUTE = 1 << 0
-FS_WRITE_FILE = 1 << 1
-FS_READ_FILE = 1 << 2
-FS_READ_DIR = 1 << 3
-FS_REMOVE_DIR = 1 << 4
-FS_REMOVE_FILE = 1 << 5
-FS_MAKE_CHAR = 1 << 6
-FS_MAKE_DIR = 1 << 7
-FS_MAKE_REG = 1 << 8
-FS_MAKE_SOCK = 1 << 9
-FS_MAKE_FIFO = 1 << 10
-FS_MAKE_BLOCK = 1 << 11
-FS_MAKE_SYM = 1 << 12
-FS_REFER = 1 << 13  # ABI 2
-FS_TRUNCATE = 1 << 14  # ABI 3
-NET_BIND_TCP = 1 << 0  # ABI 4
-NET_CONNECT_TCP = 1 << 1
-SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
-SCOPE_SIGNAL = 1 << 1
-
-_READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECUREBITS = 28
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_SECUREBITS_LOCKED = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # noroot, no_setuid_fixup, keep_caps, ambient: locked
+_MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 2, 4, 8
+NOBODY = 65534
+NAMESPACE_SETS = ("pid+net+mnt", "pid+net", "net", "pid", "")  # tried in this order when a GPU driver refuses one
 
 _libc = None
 
@@ -76,50 +59,20 @@ def _errno_text() -> str:
     return os.strerror(ctypes.get_errno())
 
 
-# -- namespaces ------------------------------------------------------------------------------------
-NAMESPACE_SETS = ("pid+net", "net", "pid")  # tried in this order when a GPU driver refuses one
+@dataclass
+class ConfinePlan:
+    """What a side applies to itself at start; sent on its command line as JSON."""
 
-
-def enter_namespaces(which: str = "pid+net") -> tuple[bool, str]:
-    """unshare() new namespaces ("pid+net", "net" or "pid"). After a new PID namespace the caller must
-    fork: its child becomes PID 1."""
-    if not sys.platform.startswith("linux"):
-        return False, "not Linux"
-    flags = (CLONE_NEWPID if "pid" in which else 0) | (CLONE_NEWNET if "net" in which else 0)
-    if not flags:
-        return False, "none requested"
-    if os.geteuid() != 0:
-        flags |= CLONE_NEWUSER
-    if _lib().unshare(flags) != 0:
-        return False, f"unshare failed: {_errno_text()}"
-    return True, which + ("+user" if flags & CLONE_NEWUSER else "")
-
-
-def _probe(which: str, device: str) -> None:
-    """Exit 0 if these namespaces can be entered and, for a GPU, the device initialises inside them
-    (run in a throwaway process)."""
-    ok, _ = enter_namespaces(which)
-    if not ok:
-        os._exit(2)
-    pid = os.fork() if "pid" in which else 0
-    if pid:
-        _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else 1)
-    if not device.startswith("cuda"):
-        os._exit(0)  # nothing to initialise: the CPU needs no driver
-    try:
-        import torch
-
-        torch.zeros(1, device=device).add_(1).item()
-    except Exception:
-        os._exit(3)
-    os._exit(0)
-
-
-if __name__ == "__main__":  # python -m cuda_l1.evaluate.confine probe pid+net cuda:0
-    if len(sys.argv) == 4 and sys.argv[1] == "probe":
-        _probe(sys.argv[2], sys.argv[3])
-    sys.exit(2)
+    scratch: str  # the side's working directory, the only place it may write
+    namespaces: str = "pid+net+mnt"  # a subset of pid, net, mnt joined by '+', or '' for none
+    landlock: bool = True  # filesystem (and TCP, signal) rules
+    seccomp: bool = True  # the system-call filter
+    drop_identity: bool = True  # unprivileged uid where possible, otherwise no capabilities
+    uid: int | None = None  # the uid to take when dropping identity (None: keep uid, drop capabilities)
+    cpu_core: int | None = None  # pin to this core (CPU evaluations)
+    shm_bytes: int = 64 << 20  # size of the private /dev/shm
+    read_paths: list[str] = field(default_factory=list)  # extra readable directories (the build cache)
+    limits: dict = field(default_factory=dict)  # cpu_s, file_bytes, open_files, address_space_bytes
 
 
 def die_with_parent() -> None:
@@ -128,9 +81,107 @@ def die_with_parent() -> None:
         _lib().prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
+# -- namespaces ------------------------------------------------------------------------------------
+def enter_namespaces(which: str) -> tuple[bool, str]:
+    """unshare() the namespaces named in `which` (pid, net, mnt). After a new PID namespace the caller
+    must fork: its child becomes PID 1."""
+    if not sys.platform.startswith("linux"):
+        return False, "not Linux"
+    parts = set(filter(None, which.split("+")))
+    flags = ((CLONE_NEWPID if "pid" in parts else 0) | (CLONE_NEWNET if "net" in parts else 0)
+             | (CLONE_NEWNS if "mnt" in parts else 0))
+    if not flags:
+        return False, "none requested"
+    uid, gid = os.geteuid(), os.getegid()
+    if uid != 0:
+        flags |= CLONE_NEWUSER
+    if _lib().unshare(flags) != 0:
+        return False, f"unshare failed: {_errno_text()}"
+    if flags & CLONE_NEWUSER:  # map ourselves to ourselves: no new identity, only the namespace's rights
+        try:
+            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
+                with open(path, "w") as fh:
+                    fh.write(text)
+        except OSError as exc:
+            return False, f"user namespace mapping failed: {exc.strerror}"
+    return True, which + ("+user" if flags & CLONE_NEWUSER else "")
+
+
+def _mount(source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
+    return _lib().mount(source, target, fstype, ctypes.c_ulong(flags), data) == 0
+
+
+def private_mounts(shm_bytes: int, new_proc: bool) -> str:
+    """Inside a new mount namespace: stop propagation, give /dev/shm a private size-limited tmpfs and
+    (in a new PID namespace) mount a /proc that shows only this namespace."""
+    done = []
+    if not _mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None):
+        return f"not enforced: {_errno_text()}"
+    if os.path.isdir("/dev/shm") and _mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                                            f"size={int(shm_bytes)},mode=1777".encode()):
+        done.append(f"/dev/shm private ({shm_bytes >> 20} MiB)")
+    if new_proc and _mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None):
+        done.append("/proc of the namespace")
+    return ", ".join(done) or "private, nothing remounted"
+
+
+# -- identity --------------------------------------------------------------------------------------
+def readable_by_others(paths: list[str]) -> bool:
+    """Every path (and every directory above it) can be read and searched by an unrelated uid."""
+    for path in paths:
+        path = os.path.realpath(path)
+        if not os.path.exists(path):
+            continue
+        chain, current = [path], path
+        while current != os.path.dirname(current):
+            current = os.path.dirname(current)
+            chain.append(current)
+        for p in chain:
+            mode = os.stat(p).st_mode
+            need = stat.S_IXOTH if p != path or stat.S_ISDIR(mode) else 0
+            need |= stat.S_IROTH if p == path else 0
+            if mode & need != need:
+                return False
+    return True
+
+
+def _drop_capabilities() -> bool:
+    libc = _lib()
+    if os.geteuid() == 0:
+        libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED, 0, 0, 0)
+    for cap in range(64):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability: ignored
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()
+    return libc.capset(header, data) == 0
+
+
+def effective_capabilities() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return -1
+
+
+def drop_identity(uid: int | None) -> str:
+    if uid is not None and os.geteuid() == 0:
+        _drop_capabilities()  # the bounding set first, while CAP_SETPCAP is still held
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    else:
+        _drop_capabilities()
+    caps = effective_capabilities()
+    who = f"uid {os.geteuid()}"
+    return f"{who}, no capabilities" if caps == 0 else f"not enforced: {who} keeps capabilities {caps:#x}"
+
+
 # -- resource limits -------------------------------------------------------------------------------
-def apply_rlimits(*, cpu_s: int, file_bytes: int, open_files: int, address_space_bytes: int | None,
-                  processes: int | None) -> dict:
+def apply_rlimits(*, cpu_s: int = 3600, file_bytes: int = 512 << 20, open_files: int = 4096,
+                  address_space_bytes: int | None = None) -> dict:
     applied = {}
 
     def setlimit(name: str, which: int, value: int) -> None:
@@ -142,125 +193,64 @@ def apply_rlimits(*, cpu_s: int, file_bytes: int, open_files: int, address_space
         except (ValueError, OSError) as exc:
             applied[name] = f"not applied: {exc}"
 
-    setlimit("cpu_s", resource.RLIMIT_CPU, cpu_s)
-    setlimit("file_bytes", resource.RLIMIT_FSIZE, file_bytes)
-    setlimit("open_files", resource.RLIMIT_NOFILE, open_files)
+    setlimit("cpu_s", resource.RLIMIT_CPU, int(cpu_s))
+    setlimit("file_bytes", resource.RLIMIT_FSIZE, int(file_bytes))
+    setlimit("open_files", resource.RLIMIT_NOFILE, int(open_files))
     setlimit("core_bytes", resource.RLIMIT_CORE, 0)
     if address_space_bytes:
-        setlimit("address_space_bytes", resource.RLIMIT_AS, address_space_bytes)
-    if processes and os.geteuid() != 0:
-        setlimit("processes", resource.RLIMIT_NPROC, processes)
+        setlimit("address_space_bytes", resource.RLIMIT_AS, int(address_space_bytes))
     return applied
 
 
-# -- Landlock --------------------------------------------------------------------------------------
-def landlock_abi() -> int:
-    if not sys.platform.startswith("linux"):
-        return 0
-    abi = _lib().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
-    return max(int(abi), 0)
+# -- the whole sequence ----------------------------------------------------------------------------
+def _wait_and_mirror(pid: int) -> None:
+    """The process outside the namespaces: wait for the harness and exit the way it exited."""
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def _handled_fs(abi: int) -> int:
-    rights = (1 << 13) - 1  # every ABI-1 right
-    if abi >= 2:
-        rights |= FS_REFER
-    if abi >= 3:
-        rights |= FS_TRUNCATE
-    return rights  # device ioctls (ABI 5) stay unhandled: the GPU driver needs them
-
-
-def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: bool = True) -> tuple[bool, str]:
-    """Restrict this process (and its future children) to the given hierarchies."""
-    abi = landlock_abi()
-    if abi < 1:
-        return False, "Landlock not available on this kernel"
-    handled = _handled_fs(abi)
-    net = (NET_BIND_TCP | NET_CONNECT_TCP) if (deny_tcp and abi >= 4) else 0
-    scoped = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
-    if abi >= 6:
-        attr = struct.pack("<QQQ", handled, net, scoped)
-    elif abi >= 4:
-        attr = struct.pack("<QQ", handled, net)
-    else:
-        attr = struct.pack("<Q", handled)
-    libc = _lib()
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
-    if ruleset < 0:
-        return False, f"landlock_create_ruleset failed: {_errno_text()}"
-    write_rights = handled  # full control below the writable roots
-    added = []
-    try:
-        for rights, paths in ((_READ & handled, read_paths), (write_rights, write_paths)):
-            for path in paths:
-                try:
-                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                except OSError:
-                    continue  # a path that does not exist here needs no rule
-                try:
-                    allowed = rights if os.path.isdir(path) else rights & _FILE_RIGHTS
-                    rule = struct.pack("<Qi", allowed, fd)
-                    rbuf = ctypes.create_string_buffer(rule, len(rule))
-                    if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rbuf, 0) == 0:
-                        added.append(path)
-                finally:
-                    os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False, f"no_new_privs failed: {_errno_text()}"
-        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
-            return False, f"landlock_restrict_self failed: {_errno_text()}"
-    finally:
-        os.close(ruleset)
-    parts = [f"abi {abi}", "fs"]
-    if net:
-        parts.append("tcp denied")
-    if scoped:
-        parts.append("signals+abstract sockets scoped")
-    return True, ", ".join(parts)
-
-
-_PROC_SHARED = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems", "devices", "swaps",
-                "sys", "driver", "mounts", "cgroups", "zoneinfo", "vmstat", "buddyinfo", "pressure")
-_ETC_SHARED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "zoneinfo", "nsswitch.conf",
-               "passwd", "group", "hosts", "host.conf", "resolv.conf", "gai.conf", "os-release", "lsb-release",
-               "debian_version", "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "mime.types",
-               "machine-id", "nvidia", "OpenCL", "glvnd", "fonts", "matplotlibrc", "xdg", "profile.d", "python3",
-               "pki", "crypto-policies")
-
-
-def default_read_paths(extra: list[str]) -> list[str]:
-    """System and Python directories a child needs to read and execute, and nothing under home dirs
-    except the interpreter's own prefix and package directories."""
-    import site
-    import sysconfig
-
-    paths = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/sys", "/dev",
-             sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
-    # /proc: this process's own entries and system-wide information only. Other processes' entries
-    # (their environ, cmdline, memory) stay closed: the evaluator's own environment may hold keys.
-    paths += ["/proc/self", "/proc/thread-self"] + [f"/proc/{name}" for name in _PROC_SHARED]
-    # /etc: what the loader, libc and Python need, not shadow files, ssh keys or service credentials.
-    paths += [f"/etc/{name}" for name in _ETC_SHARED]
-    for key in ("stdlib", "platstdlib", "purelib", "platlib", "include", "scripts", "data"):
+def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[str, str]:
+    """Apply the plan to this process; returns what was enforced (for the verdict's `sandbox`).
+    With a PID namespace this forks: the caller continues as PID 1, the original process waits and
+    mirrors its exit, holding none of `keep_fds` open."""
+    notes: dict[str, str] = {}
+    die_with_parent()
+    if plan.cpu_core is not None and hasattr(os, "sched_setaffinity"):
         try:
-            paths.append(sysconfig.get_path(key))
-        except KeyError:
-            pass
-    try:
-        paths += site.getsitepackages()
-    except AttributeError:
-        pass
-    paths += [p for p in sys.path if p and os.path.isdir(p)]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            paths.append(os.environ[var])
-    paths += extra
-    seen, out = set(), []
-    for p in paths:
-        if p and p not in seen:
-            seen.add(p)
-            out.append(os.path.realpath(p))
-            if os.path.realpath(p) != p:
-                out.append(p)
-    return out
+            os.sched_setaffinity(0, {plan.cpu_core})
+            notes["cpu_core"] = str(plan.cpu_core)
+        except OSError as exc:
+            notes["cpu_core"] = f"not enforced: {exc.strerror}"
+    which = plan.namespaces
+    notes["namespaces"] = "disabled by configuration"
+    if which:
+        ok, note = enter_namespaces(which)
+        notes["namespaces"] = note if ok else f"not enforced: {note}"
+        if ok and "pid" in which:
+            pid = os.fork()
+            if pid:
+                for fd in keep_fds:
+                    os.close(fd)
+                _wait_and_mirror(pid)
+            die_with_parent()
+        if ok and "mnt" in which:
+            notes["mounts"] = private_mounts(plan.shm_bytes, new_proc="pid" in which)
+    notes["rlimits"] = ", ".join(f"{k}={v}" for k, v in apply_rlimits(**plan.limits).items())
+    notes["identity"] = drop_identity(plan.uid) if plan.drop_identity else "disabled by configuration"
+    if plan.landlock:
+        read = landlock.default_read_paths(list(plan.read_paths))
+        ok, note = landlock.apply_landlock(read, landlock.default_write_paths(plan.scratch))
+        notes["landlock"] = note if ok else f"not enforced: {note}"
+    else:
+        notes["landlock"] = "disabled by configuration"
+    if plan.seccomp:
+        ok, note = seccomp.apply_filter()
+        notes["seccomp"] = note if ok else f"not enforced: {note}"
+    else:
+        notes["seccomp"] = "disabled by configuration"
+    return notes
+
+
+landlock_abi = landlock.landlock_abi  # what the kernel offers (tests and reports ask here)

@@ -1,50 +1,44 @@
-"""Evaluate candidates for a task: load in a sandbox, check on secret inputs, time in alternation.
+"""Evaluate candidates for a task: both sides sandboxed, timed by the parent, outputs read from outside.
 
-    verdict = evaluate(task, candidate_source, EvalConfig(device="cuda"))
-    verdicts = evaluate_many(task, [src1, src2, ...], config)   # reference prepared once
+    evaluator = Evaluator(task, EvalConfig(device="cuda"))
+    verdict = evaluator.evaluate(candidate_source)        # any number of times
+    evaluator.close()
 
-The parent process (this one) owns the reference, its outputs, all statistics and the verdict. The
-candidate runs only in a child (sandbox.py / child.py).
+The parent process (this one) owns the seeds, the inputs, the clock, every comparison and the
+verdict. The reference runs in a sandboxed side of its own (kept for the task), each candidate in a
+fresh one, both with the same harness (child.py); referee.py runs the rounds between them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import secrets
-import statistics
 import time
-from typing import Callable, Iterable
+import traceback
+from typing import Callable
 
 import torch
 
+from cuda_l1.errors import TaskError, UserError
 from cuda_l1.evaluate import static_scan
-from cuda_l1.evaluate.builder import build_cache_dir
+from cuda_l1.evaluate.builder import build_cache_dir, default_builder
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.device import Telemetry, device_name, gpu_healthy, normalize_device, versions
-from cuda_l1.evaluate.judge import judge_check, judge_full, judge_spots
-from cuda_l1.evaluate.precision import spot_bound
-from cuda_l1.evaluate.reference import PreparedReference
-from cuda_l1.evaluate.sandbox import ChildFailure, ChildProcess
-from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
-from cuda_l1.evaluate.verdict import (COMPILE_ERROR, INCORRECT, OK, REJECTED, RUNTIME_ERROR, TIMEOUT, Check,
-                                      Verdict)
+from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
+from cuda_l1.evaluate.protocol import Mapped, Setup
+from cuda_l1.evaluate.quiet import Quiet
+from cuda_l1.evaluate.referee import ReferenceFailure, Referee, Side, load_side, mapped_inputs
+from cuda_l1.evaluate.remote import RemoteMemory
+from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
+from cuda_l1.evaluate.slots import InputSource, SlotBuffer
+from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict
 from cuda_l1.tasks import Task, source_id
+from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module
 
-# Order in which a failing check decides the status when several fail at once.
-_SEVERITY = {REJECTED: 0, INCORRECT: 1}
-
-
-def _leaf_bytes(leaves: list) -> list[int]:
-    return [leaf.numel() * leaf.element_size() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
 
-def _max_reply_bytes(leaves: list) -> int:
-    return 4 * sum(_leaf_bytes(leaves)) + (64 << 20)
-
-
-def _timing_core(config: EvalConfig) -> int | None:
+def timing_core(config: EvalConfig) -> int | None:
     """The core both sides are timed on: CPU device with one thread, where the platform can pin."""
     if config.device != "cpu" or (config.threads or 1) != 1 or not hasattr(os, "sched_getaffinity"):
         return None
@@ -54,381 +48,112 @@ def _timing_core(config: EvalConfig) -> int | None:
     return allowed[0] if allowed else None
 
 
-def _low_quantile(values: list[float]) -> float:
-    """The first quintile (the minimum of fewer than five values)."""
-    return statistics.quantiles(values, n=5)[0] if len(values) >= 5 else min(values)
+def _slot_budget(config: EvalConfig, input_bytes: int) -> int:
+    """Slots per side: the inputs of a window live three times (generated, and in each side's buffer)
+    and each side keeps its outputs until they are read (taken to be about as large)."""
+    if config.input_memory_bytes:
+        budget = config.input_memory_bytes
+    elif config.device.startswith("cuda"):
+        budget = torch.cuda.get_device_properties(torch.device(config.device)).total_memory // 5
+    else:
+        budget = 1 << 30
+    return max(1, min(MAX_SLOTS, budget // max(5 * input_bytes, 1)))
 
 
-def _spread(values: list[float]) -> float:
-    """Fourth quintile minus first: how much round-trip latency varies (0 with fewer than five values)."""
-    if len(values) < 5:
-        return 0.0
-    quintiles = statistics.quantiles(values, n=5)
-    return quintiles[3] - quintiles[0]
+class TaskEnv:
+    """What every evaluation of one task shares: the reference's side, the input source, the probe."""
 
+    def __init__(self, task: Task, config: EvalConfig, build: Callable | None):
+        self.task, self.config, self.build = task, config, build
+        self.device = config.device
+        self.core = timing_core(config)
+        self.threads = config.threads or 1
+        self.init_seed = secrets.randbits(62)
+        origin = task.origin or task.name
+        module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}")
+        from cuda_l1.evaluate import inputs as inputs_mod
 
-class CandidateRun:
-    """One candidate through one child: load, correctness, timing. Fills a Verdict."""
+        check_init_args(inputs_mod.make_init_inputs(module, self.init_seed), origin)
+        check_forward_args(inputs_mod.make_inputs(module, 0, self.device), origin)
+        self.source = InputSource(module, self.device, origin)
+        self.n_slots = _slot_budget(config, self.source.input_bytes())
+        self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
+                                 if self.device.startswith("cuda") else config.sandbox.memory_bytes)
+        self.read_paths = [str(build_cache_dir(config))]
+        self.quiet = Quiet(self.device, flush=config.timing.flush_cache, core=self.core)
+        self.oracle_unavailable = ""
+        self.ref: Side | None = None
+        self.start_reference()
 
-    def __init__(self, ref: PreparedReference, source: str, config: EvalConfig, build: Callable | None):
-        self.ref = ref
-        self.source = source
-        self.config = config
-        self.build = build
-        self.checks: dict[str, Check] = {}
-        self.reasons: list[str] = []
-        self.status: str | None = None
-        self.timing: dict = {}
-        self.sandbox_report: dict = {}
-        self.builds: list[dict] = []  # extension builds the candidate asked for (timing, cache hits)
-        self.rng = random.Random(secrets.randbits(64))
+    def start_side(self) -> SideProcess:
+        return SideProcess.start(self.config.sandbox, self.device, self.read_paths, self.core)
 
-    def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
-        previous = self.checks.get(name)
-        if previous is not None and previous.passed is False:
-            return  # the first failure of a check is the informative one
-        self.checks[name] = Check(name, passed, detail, blocking)
-
-    def _fail(self, name: str, status: str, reason: str) -> None:
-        self._check(name, False, reason)
-        self.reasons.append(reason)
-        if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
-            self.status = status
-
-    # -- phases ----------------------------------------------------------------------------------
-    def load(self, child: ChildProcess) -> bool:
-        cfg = self.config
-        child.send({
-            "op": "setup",
-            "device": cfg.device,
-            "reference_source": self.ref.task.source,
-            "candidate_source": self.source,
-            "init_seed": self.ref.init_seed,
-            "threads": cfg.threads or torch.get_num_threads(),
-            "cpu_core": _timing_core(cfg),
-            "flush_bytes": self.ref.flusher.buffer.numel() * 4 if self.ref.flusher and self.ref.flusher.buffer is not None else 0,
-            "landlock": cfg.sandbox.landlock,
-            "read_paths": [str(build_cache_dir(cfg))],
-            "limits": {
-                "cpu_s": cfg.sandbox.cpu_seconds,
-                "file_bytes": cfg.sandbox.file_bytes,
-                "open_files": cfg.sandbox.open_files,
-                "address_space_bytes": cfg.sandbox.memory_bytes if cfg.device == "cpu" else None,
-                "processes": cfg.sandbox.max_processes,
-            },
-        })
-        deadline = time.monotonic() + cfg.load_timeout_s
-        confined = False
-        while True:
-            msg = child.recv(max(deadline - time.monotonic(), 0.01), max_bytes=16 << 20)
-            op = msg.header.get("op")
-            if op == "build":
-                if not confined:
-                    raise ChildFailure(RUNTIME_ERROR, "a build was requested before confinement was reported")
-                started = time.monotonic()
-                reply = self.build(msg.header) if self.build else {"ok": False, "log": "no builder"}
-                self.builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"),
-                                    "seconds": round(time.monotonic() - started, 3)})
-                child.send(reply)
-                continue
-            if op == "confined":
-                if confined:  # only the report sent before the candidate was imported counts
-                    raise ChildFailure(RUNTIME_ERROR, "a second confinement report arrived: protocol violated")
-                confined = True
-                report = msg.header.get("sandbox")
-                self.sandbox_report = report if isinstance(report, dict) else {}
-                child.notes = {k: str(v) for k, v in self.sandbox_report.items()}
-                continue
-            if op != "loaded":
-                raise ChildFailure(RUNTIME_ERROR, f"unexpected message {op!r} while loading")
-            break
-        h = msg.header
-        if not h.get("ok"):
-            kind = h.get("kind")
-            message = str(h.get("message", ""))[-4000:]
-            if kind == "compile_error":
-                self._fail("compiles", COMPILE_ERROR, "the candidate does not load: " + message)
-                self.status = COMPILE_ERROR
-            elif kind == "harness_error":
-                raise RuntimeError("the evaluation harness could not start in the child:\n" + message)
-            else:
-                self._check("compiles", True, "module imported")
-                self._fail("constructs", RUNTIME_ERROR, message)
-                self.status = RUNTIME_ERROR
-            return False
-        self._check("compiles", True, "module imported, ModelNew found")
-        self._check("constructs", True, "ModelNew(*get_init_inputs()) built")
-        if h.get("state_changes"):
-            self._fail("global_state", REJECTED,
-                       "importing the candidate patched guarded functions or precision settings: "
-                       + ", ".join(map(str, h["state_changes"])))
-            return False
-        return True
-
-    def _lingering(self, child: ChildProcess, header: dict, baseline_threads: int) -> None:
-        python_threads = header.get("python_threads")
-        tree = child.tree()
-        # Helper threads of installed libraries (reported by the harness) are not the candidate's work.
-        allowed = min(int(header.get("library_threads") or 0), 4)
-        extra = tree["threads"] - baseline_threads - allowed
-        if python_threads:
-            self._fail("no_lingering_work", REJECTED,
-                       f"threads started by the candidate are still running after a call: {python_threads[:4]}")
-        elif extra > 0:
-            self._fail("no_lingering_work", REJECTED,
-                       f"{extra} native thread(s) started by the candidate are still running after a call")
-        if tree["processes"]:
-            self._fail("no_lingering_work", REJECTED,
-                       f"processes started by the candidate are still running: {tree['processes'][:4]}")
-
-    def correctness(self, child: ChildProcess) -> bool:
-        cfg = self.config
-        baseline = child.tree()["threads"]
-        self.comparisons = []
-        for trial in range(cfg.correctness_trials):
-            same = trial % 2 == 1  # odd trials reuse the previous buffers with new values
-            entry = self.ref.correctness_set(trial, with_oracle=cfg.tolerance.mode == "oracle")
-            seed, structure, oracle, digest = entry["seed"], entry["structure"], entry["oracle"], entry["digest"]
-            ref_leaves = entry["device_leaves"]
-            timeout = cfg.first_call_timeout_s if trial == 0 else cfg.call_timeout_s
-            reply = child.request({"op": "check", "seed": seed, "same_buffers": same,
-                                   "poison_bytes": _leaf_bytes(ref_leaves)}, timeout, _max_reply_bytes(ref_leaves))
-            if not reply.header.get("ok"):
-                self._fail("forward_runs", RUNTIME_ERROR, "forward raised:\n" + str(reply.header.get("message", ""))[-4000:])
-                self.status = RUNTIME_ERROR
-                return False
-            judgement = judge_check(reply, structure, ref_leaves, oracle, digest, cfg.tolerance)
-            for finding in judgement.findings:
-                self._fail(finding.check, finding.status, f"input set {trial + 1}: {finding.reason}")
-            self.comparisons += judgement.comparisons
-            if reply.header.get("state_changes"):
-                self._fail("global_state", REJECTED, "the candidate patched guarded functions or precision settings: "
-                           + ", ".join(map(str, reply.header["state_changes"])))
-            self._lingering(child, reply.header, baseline)
-            if self.status is not None:
-                return False
-        self._check("forward_runs", True, f"{cfg.correctness_trials} calls")
-        for name in ("output_structure", "output_type", "dtype", "shape", "device", "strides", "no_input_aliasing",
-                     "output_ownership", "input_provenance", "inputs_unchanged", "global_state", "no_lingering_work"):
-            self._check(name, True)
-        worst = max(self.comparisons, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
-                    default=None)
-        oracle_note = "" if self.ref.oracle_device else " (no float64 oracle: kernelbench tolerance)"
-        self._check("correctness", True, f"{cfg.correctness_trials} input sets; worst: {worst.detail if worst else 'n/a'}{oracle_note}")
-        self.baseline_threads = baseline
-        return True
-
-    def measure(self, child: ChildProcess) -> None:
-        core = _timing_core(self.config)
-        if core is None:
-            return self._measure(child)
-        # Both processes on one core (the child pinned itself at setup): they alternate, never overlap,
-        # and see the same caches and clock instead of whichever core the scheduler picked.
-        allowed = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {core})
+    def start_reference(self) -> None:
+        proc = self.start_side()
+        origin = self.task.origin or self.task.name
         try:
-            return self._measure(child)
-        finally:
-            os.sched_setaffinity(0, allowed)
+            setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads)
+            loaded, _ = load_side(proc, setup, self.config.load_timeout_s, self.build)
+            if not loaded.ok:
+                raise TaskError("the reference does not load in the sandbox:\n" + loaded.message[-3000:], path=origin)
+            buffer = SlotBuffer(self.source, self.n_slots, proc.inputs_fd)
+            mapped = proc.request(buffer.message(), self.config.call_timeout_s, Mapped)
+            if not mapped.ok:
+                raise RuntimeError("the reference's side could not map its inputs: " + mapped.message)
+            self.ref = Side("reference", proc, buffer, RemoteMemory(self.device, proc.harness_pid, self.max_output_bytes))
+            self.ref.input_ranges = mapped_inputs(self.ref)
+            proc.freeze()
+        except ChildFailure as failure:
+            log = proc.close(graceful=False)
+            raise TaskError(f"the reference cannot run in the sandbox: {failure}\n{log[-2000:]}", path=origin) from None
+        except BaseException:
+            proc.close(graceful=False)
+            raise
 
-    def _measure(self, child: ChildProcess) -> None:
-        cfg, tc = self.config, self.config.timing
-        telemetry = Telemetry(cfg.device)
-        bound = spot_bound(self.comparisons)
-        before = telemetry.read()
-        pings = [self._ping(child) for _ in range(5)]
+    def restart_reference(self) -> None:
+        self.close_reference()
+        self.start_reference()
 
-        ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds = [], [], [], [], [], [], set()
-        prev_ref_leaves, prev_positions, prev_fetch = None, None, False
-        started, warm_calls, round_no = time.monotonic(), 0, 0
-        warm = False
-        while True:
-            seed = secrets.randbits(62)
-            same = self.rng.random() < tc.same_buffer_fraction
-            t0 = time.perf_counter()
-            ref_leaves, ref_time = self.ref.time_once(seed, same)
-            rt_ref = (time.perf_counter() - t0) * 1e3
-            request = {"op": "time", "seed": seed, "same_buffers": same, "spots": prev_positions,
-                       "fetch_previous": prev_fetch}
-            t0 = time.perf_counter()
-            reply = child.request(request, cfg.call_timeout_s, _max_reply_bytes(ref_leaves))
-            rt_cand = (time.perf_counter() - t0) * 1e3
-            self._judge_timed(reply, prev_ref_leaves, prev_positions, bound)
-            if self.status is not None:
-                return
-            if warm:
-                # Pings at unpredictable rounds sample the round-trip latency the timed calls see: on a
-                # busy host it grows for every message, honest or not.
-                if self.rng.random() < tc.ping_fraction:
-                    pings.append(self._ping(child))
-                ref_ev.append(ref_time.event_ms)
-                ref_wall.append(ref_time.wall_ms)
-                ref_rt.append(rt_ref)
-                cand_ev.append(reply.header.get("event_ms"))
-                cand_wall.append(float(reply.header.get("wall_ms", 0.0)))
-                cand_rt.append(rt_cand)
-                if prev_fetch:
-                    fetched_rounds.add(len(cand_rt) - 1)
-                round_no += 1
-            else:
-                warm_calls += 1
-                if warm_calls >= tc.min_warmup_calls and time.monotonic() - started >= tc.warmup_s:
-                    warm, started = True, time.monotonic()
-            # Positions and the full-fetch decision for this round are drawn now, after the call returned.
-            prev_ref_leaves = ref_leaves
-            prev_positions = [[self.rng.randrange(1 << 40) for _ in range(tc.spot_checks)]
-                              if isinstance(leaf, torch.Tensor) and leaf.numel() else [] for leaf in ref_leaves]
-            # Full fetches are costly for large outputs: about `full_checks` of them over a typical run.
-            prev_fetch = warm and self.rng.random() < tc.full_checks / max(2 * tc.min_rounds, 60)
-            if warm and round_no >= tc.min_rounds:
-                primary_ref = ref_ev if ref_ev[0] is not None else ref_wall
-                primary_cand = cand_ev if cand_ev[0] is not None else cand_wall
-                done = (summarize(primary_ref).rse <= tc.target_rse and summarize(primary_cand).rse <= tc.target_rse)
-                if done or round_no >= tc.max_rounds or time.monotonic() - started >= tc.max_time_s:
-                    break
-        final = child.request({"op": "time", "final": True, "spots": prev_positions, "fetch_previous": True},
-                              cfg.call_timeout_s, _max_reply_bytes(prev_ref_leaves))
-        self._judge_timed(final, prev_ref_leaves, prev_positions, bound, full=True)
-        if final.header.get("state_changes"):
-            self._fail("global_state", REJECTED, "the candidate patched guarded functions during timing: "
-                       + ", ".join(map(str, final.header["state_changes"])))
-        self._lingering(child, final.header, self.baseline_threads)
-        if self.status is not None:
-            return
-        self._check("timed_outputs", True, f"{round_no} timed calls spot-checked at {tc.spot_checks} positions, "
-                    f"{len(fetched_rounds) + 1} checked in full")
-        after = telemetry.read()
-        self._finish_timing(ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched_rounds, pings,
-                            {"before": before, "after": after})
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
 
-    def _ping(self, child: ChildProcess) -> float:
-        t0 = time.perf_counter()
-        child.request({"op": "ping"}, self.config.call_timeout_s)
-        return (time.perf_counter() - t0) * 1e3
+    def close_reference(self) -> None:
+        if self.ref is not None:
+            self.ref.memory.close()
+            self.ref.proc.close(graceful=True)
+            self.ref.buffer.close()
+            self.ref = None
 
-    def _judge_timed(self, reply, prev_ref_leaves, positions, bound, full: bool = False) -> None:
-        h = reply.header
-        if not h.get("ok"):
-            self._fail("forward_runs", RUNTIME_ERROR, "a timed call raised:\n" + str(h.get("message", ""))[-4000:])
-            self.status = RUNTIME_ERROR
-            return
-        if h.get("python_threads"):
-            self._fail("no_lingering_work", REJECTED, f"threads still running after a timed call: {h['python_threads'][:4]}")
-        previous = h.get("previous") or {}
-        if prev_ref_leaves is None:
-            return
-        problem = judge_spots(previous.get("spots") or [], prev_ref_leaves, positions or [], bound)
-        if problem:
-            self._fail("timed_outputs", INCORRECT, problem)
-            return
-        if "metas" in previous:
-            wrong = judge_full(previous["metas"], reply.blobs, prev_ref_leaves, bound)
-            if wrong:
-                self._fail("timed_outputs", *wrong)
-
-    def _finish_timing(self, ref_ev, ref_wall, ref_rt, cand_ev, cand_wall, cand_rt, fetched, pings, telemetry):
-        tc = self.config.timing
-        ipc_ms = _low_quantile(pings)
-        use_events = ref_ev and ref_ev[0] is not None and all(x is not None for x in cand_ev)
-        hidden_work = False
-        if use_events:
-            ref_gap = statistics.median(w - e for w, e in zip(ref_wall, ref_ev))
-            cand_gap = statistics.median(w - e for w, e in zip(cand_wall, cand_ev))
-            threshold = max(tc.hidden_work_ms, 0.05 * statistics.median(cand_ev))
-            hidden_work = cand_gap - ref_gap > threshold
-            self._check("no_side_work", not hidden_work,
-                        (f"device-wide sync waited {cand_gap - ref_gap:.3f} ms longer than the reference: work was left "
-                         "on other streams, so both sides are timed in full (wall clock to device idle)")
-                        if hidden_work else "all work finished on the harness stream", blocking=False)
-        ref_ms = ref_ev if use_events and not hidden_work else ref_wall
-        cand_ms = cand_ev if use_events and not hidden_work else cand_wall
-        # The parent's own clock bounds what the child reports: extra round-trip time that the
-        # reference side does not show means the reported times are too small.
-        rounds = [i for i in range(len(cand_rt)) if i not in fetched]
-        excess = None
-        if rounds:
-            # The same low quantile of the candidate's extra round-trip time and of the pings taken
-            # during the rounds: tampering shifts every round, while the latency of a busy host shows
-            # in both and cancels.
-            cand_over = _low_quantile([cand_rt[i] - cand_wall[i] for i in rounds])
-            ref_over = statistics.median(ref_rt[i] - ref_wall[i] for i in rounds)
-            excess = cand_over - ref_over - ipc_ms
-            # Input generation and cache flushing happen outside the timed window on both sides; their
-            # jitter (large on a busy CPU host, small on a GPU) widens the allowance, and so does the
-            # spread of the pings: on a crowded host a message can wait a whole scheduler slice.
-            slack = (tc.consistency_slack_ms + 0.5 * statistics.median(cand_wall) + 0.5 * max(ref_over, 0.0)
-                     + _spread(pings))
-            if excess > slack:
-                self._fail("timing_consistency", REJECTED,
-                           f"the parent's clock saw {excess:.2f} ms per call more than the candidate reported "
-                           f"(allowed {slack:.2f} ms): the timing was tampered with")
-                return
-        self._check("timing_consistency", True,
-                    f"parent round-trip agrees with reported times (excess {excess:.3f} ms, allowed {slack:.2f} ms)"
-                    if excess is not None else "")
-        point, lo, hi = speedup_ci(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
-        ref_s, cand_s = summarize(ref_ms), summarize(cand_ms)
-        throttled = any(t.get("throttled") for t in telemetry.values() if t)
-        self.timing = {
-            "protocol": "alternating rounds, fresh inputs, cache flushed, "
-                        + ("CUDA events" if use_events and not hidden_work else "wall clock to device idle"),
-            "reference": ref_s.to_dict(),
-            "candidate": cand_s.to_dict(),
-            "rounds": len(cand_ms),
-            "ipc_ms": ipc_ms,
-            "overhead_excess_ms": excess,
-            "hidden_work": hidden_work,
-            "telemetry": telemetry,
-            "throttled": throttled,
-            "ci_level": 0.95,
-            "threads": torch.get_num_threads(),
-        }
-        self.raw = (point, lo, hi, ref_s.median_ms, cand_s.median_ms)
+    def close(self) -> None:
+        self.close_reference()
 
 
 class ChildSupply:
-    """Hands out fresh sandboxed children. With pre-warming, a spare child is started ahead of time so
-    that its interpreter start, torch import and CUDA context creation overlap the previous candidate's
-    evaluation; every candidate still gets a brand-new process."""
+    """Hands out fresh candidate sides. With pre-warming, a spare is started ahead of time so that its
+    interpreter start, torch import and device context overlap the previous candidate's evaluation;
+    every candidate still gets a brand-new process."""
 
-    def __init__(self, config: EvalConfig):
-        self.config = config
-        self.prewarm = config.prewarm if config.prewarm is not None else config.device.startswith("cuda")
-        self.spare: ChildProcess | None = None
+    def __init__(self, env: TaskEnv, prewarm: bool):
+        self.env = env
+        self.prewarm = prewarm
+        self.spare: SideProcess | None = None
 
-    def _start(self) -> ChildProcess:
-        return ChildProcess.start(self.config.sandbox, device=self.config.device)
-
-    def take(self) -> ChildProcess:
+    def take(self) -> SideProcess:
         child = self.spare if self.spare is not None and self.spare.exit_info().reason == "running" else None
         if child is None and self.spare is not None:
             self.spare.close(graceful=False)
         self.spare = None
         if child is None:
-            child = self._start()
+            child = self.env.start_side()
         if self.prewarm:
-            self.spare = self._start()
+            self.spare = self.env.start_side()
         return child
 
     def close(self) -> None:
         if self.spare is not None:
             self.spare.close(graceful=False)
             self.spare = None
-
-
-def _run_child(ref: PreparedReference, source: str, config: EvalConfig, build,
-               supply: ChildSupply | None = None) -> tuple[CandidateRun, str]:
-    run = CandidateRun(ref, source, config, build)
-    child = supply.take() if supply is not None else ChildProcess.start(config.sandbox, device=config.device)
-    try:
-        if run.load(child) and run.correctness(child) and config.timing.enabled:
-            run.measure(child)
-    except ChildFailure as failure:
-        run._fail("runs_to_completion", failure.kind, str(failure))
-        run.status = failure.kind
-    finally:
-        log = child.close(graceful=run.status is None)
-    return run, log
 
 
 def needs_remeasure(verdict: Verdict, config: EvalConfig, best_known: float | None = None) -> bool:
@@ -459,82 +184,107 @@ def merge_remeasure(first: Verdict, again: Verdict, where: str) -> Verdict:
     return merged
 
 
-def _evaluate_prepared(ref: PreparedReference, source: str, config: EvalConfig, build,
-                       supply: ChildSupply | None = None, remeasure: bool = True) -> Verdict:
-    started = time.monotonic()
-    device = config.device
-    verdict = Verdict(status=RUNTIME_ERROR, device=device_name(device), versions=versions(device),
-                      task_id=ref.task.id, task_name=ref.task.key, candidate_id=source_id(source))
-    findings = static_scan.scan(source)
-    run, log = _run_child(ref, source, config, build, supply)
-    checks = list(run.checks.values())
-    checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
-    verdict.checks, verdict.reasons, verdict.log, verdict.sandbox = checks, run.reasons, log, run.sandbox_report
-    if run.builds:
-        verdict.timing["builds"] = run.builds
-    if run.status is not None:
-        verdict.status = run.status
-        if device.startswith("cuda") and run.status in (RUNTIME_ERROR, TIMEOUT):
-            healthy, note = gpu_healthy(device)
-            verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
-    elif not config.timing.enabled:
-        verdict.status = OK
-    else:
-        point, lo, hi, ref_ms, cand_ms = run.raw
-        verdict.status = OK
-        verdict.raw_speedup, verdict.ci = point, [lo, hi]
-        verdict.reference_ms, verdict.candidate_ms = ref_ms, cand_ms
-        verdict.speedup = conservative_speedup(point, lo, hi)
-        verdict.timing = {**run.timing, **({"builds": run.builds} if run.builds else {})}
-        if remeasure and config.remeasure and needs_remeasure(verdict, config):
-            again = _evaluate_prepared(ref, source, config, build, supply, remeasure=False)
-            verdict = merge_remeasure(verdict, again, f"same device, {device}")
-    verdict.elapsed_s = time.monotonic() - started
-    return verdict
-
-
 class Evaluator:
-    """Evaluates any number of candidates for one task, preparing the reference once."""
+    """Evaluates any number of candidates for one task; the reference's side is prepared once."""
 
     def __init__(self, task: Task, config: EvalConfig | None = None, build: Callable | None = None):
-        self.config = config or EvalConfig()
-        self.config.device = normalize_device(self.config.device)
-        if self.config.device.startswith("cuda") and not torch.cuda.is_available():
-            from cuda_l1.errors import UserError
-
+        config = dataclasses.replace(config or EvalConfig())  # the caller's config is never changed
+        config.device = normalize_device(config.device)
+        if config.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError("--device cuda was asked for, but no CUDA device is visible; use --device cpu.")
-        if self.config.threads is None and self.config.device == "cpu":
-            # Multi-threaded CPU timing in two alternating processes measures OpenMP barrier waits and
-            # spinning workers more than the code; one thread each gives comparable numbers.
-            self.config.threads = 1
-        if self.config.threads:
-            torch.set_num_threads(self.config.threads)
-        if self.config.device == "cpu":
-            from cuda_l1.evaluate.timer import steady_host_allocator
-
-            steady_host_allocator()  # the same policy as every CPU child (see timer.py)
+        if config.threads is None and config.device == "cpu":
+            # Two alternating processes on one core: one thread each gives comparable numbers.
+            config.threads = 1
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.config = config
         self.task = task
-        self.reference = PreparedReference(task, self.config.device, flush_cache=self.config.timing.flush_cache)
-        if build is None:
-            from cuda_l1.evaluate.builder import default_builder
+        self.build = build if build is not None else default_builder(config)
+        self.env = TaskEnv(task, config, self.build)
+        prewarm = config.prewarm if config.prewarm is not None else config.device.startswith("cuda")
+        self.supply = ChildSupply(self.env, prewarm)
 
-            build = default_builder(self.config)
-        self.build = build
-        self.supply: ChildSupply | None = None
+    def evaluate(self, source: str, remeasure: bool = True) -> Verdict:
+        verdict = self._evaluate_once(source)
+        if remeasure and self.config.remeasure and needs_remeasure(verdict, self.config):
+            verdict = merge_remeasure(verdict, self._evaluate_once(source), f"same device, {self.config.device}")
+        return verdict
 
-    def evaluate(self, source: str) -> Verdict:
-        if self.supply is None:
-            self.supply = ChildSupply(self.config)
-        return _evaluate_prepared(self.reference, source, self.config, self.build, self.supply)
+    def _evaluate_once(self, source: str) -> Verdict:
+        started = time.monotonic()
+        config, env = self.config, self.env
+        verdict = Verdict(status=RUNTIME_ERROR, device=device_name(config.device), versions=versions(config.device),
+                          task_id=self.task.id, task_name=self.task.key, candidate_id=source_id(source))
+        findings = static_scan.scan(source)
+        if env.ref is None:
+            env.start_reference()
+        cand = self.supply.take()
+        referee = Referee(env, cand, source, config, deadline=started + config.timeout_s)
+        try:
+            if referee.load():
+                referee.measure()
+        except ChildFailure as failure:
+            referee._fail("runs_to_completion", failure.kind, str(failure))
+            referee.status = failure.kind
+        except ReferenceFailure as failure:
+            referee._fail("reference_ran", RUNTIME_ERROR, f"{failure} (the candidate was running beside it)")
+            referee.status = RUNTIME_ERROR
+            env.restart_reference()
+        except (TaskError, UserError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the evaluator never ends an evaluation with a traceback
+            referee._fail("evaluator", RUNTIME_ERROR, f"the evaluation failed: {type(exc).__name__}: {exc}")
+            referee.status = RUNTIME_ERROR
+            verdict.timing["evaluator_error"] = traceback.format_exc()[-3000:]
+        finally:
+            if referee.cand is not None:
+                referee.cand.memory.close()
+            log = cand.close(graceful=referee.status is None)
+            if referee.cand is not None:
+                referee.cand.buffer.close()
+            self._settle_reference()
+        checks = list(referee.checks.values())
+        checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
+        verdict.checks, verdict.reasons, verdict.log, verdict.sandbox = checks, referee.reasons, log, dict(cand.notes)
+        if referee.builds:
+            verdict.timing["builds"] = referee.builds
+        if referee.status is not None:
+            verdict.status = referee.status
+            if config.device.startswith("cuda") and referee.status in (RUNTIME_ERROR, TIMEOUT):
+                healthy, note = gpu_healthy(config.device)
+                verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
+        elif referee.estimate is None:  # timing disabled: correct, not timed
+            verdict.status = OK
+            verdict.timing = {**referee.timing, **verdict.timing}
+        else:
+            est = referee.estimate
+            verdict.status = OK
+            verdict.raw_speedup, verdict.ci = est.point, [est.lo, est.hi]
+            verdict.reference_ms, verdict.candidate_ms = est.reference_ms, est.candidate_ms
+            verdict.speedup = est.score
+            verdict.timing = {**referee.timing, **verdict.timing}
+        verdict.elapsed_s = time.monotonic() - started
+        return verdict
 
-    def evaluate_many(self, sources: Iterable[str]) -> list[Verdict]:
-        return [self.evaluate(s) for s in sources]
+    def _settle_reference(self) -> None:
+        """The reference's side ends every evaluation stopped (or is restarted if it is not healthy)."""
+        ref = self.env.ref
+        if ref is None:
+            return
+        if ref.proc.exit_info().reason != "running":
+            self.env.close_reference()
+            return
+        try:
+            ref.proc.freeze()
+        except ChildFailure:
+            self.env.close_reference()
 
     def close(self) -> None:
-        """Stop the spare child, if any (also done when the evaluator is garbage-collected)."""
-        if self.supply is not None:
+        """Stop the spare and the reference's side (also done when the evaluator is garbage-collected)."""
+        if getattr(self, "supply", None) is not None:
             self.supply.close()
-            self.supply = None
+        if getattr(self, "env", None) is not None:
+            self.env.close()
 
     def __del__(self):
         try:
@@ -547,13 +297,5 @@ def evaluate(task: Task, source: str, config: EvalConfig | None = None) -> Verdi
     evaluator = Evaluator(task, config)
     try:
         return evaluator.evaluate(source)
-    finally:
-        evaluator.close()
-
-
-def evaluate_many(task: Task, sources: Iterable[str], config: EvalConfig | None = None) -> list[Verdict]:
-    evaluator = Evaluator(task, config)
-    try:
-        return evaluator.evaluate_many(sources)
     finally:
         evaluator.close()

@@ -62,6 +62,15 @@ def tensor_digest(values: list) -> str:
     return h.hexdigest()
 
 
+def to_double(value):
+    """Floating-point tensors in float64 (complex in complex128), everything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.double()
+    if isinstance(value, torch.Tensor) and value.is_complex():
+        return value.to(torch.complex128)
+    return value
+
+
 def flatten_outputs(out) -> tuple[object, list]:
     """Describe a forward's return structure and list its leaves (tensors or scalars)."""
     if isinstance(out, (tuple, list)):

@@ -36,23 +36,20 @@ class Comparison:
     reference_error: float = 0.0
 
 
-def _special_masks(t: torch.Tensor):
-    return torch.isnan(t), torch.isposinf(t), torch.isneginf(t)
+_CHUNK = 1 << 24  # elements compared at a time: float64 temporaries stay bounded for huge outputs
 
 
-def _same_specials(cand: torch.Tensor, *others: torch.Tensor) -> bool:
-    c = _special_masks(cand)
-    for other in others:
-        if other is None:
-            continue
-        o = _special_masks(other)
-        if all(torch.equal(a, b) for a, b in zip(c, o)):
-            return True
-    return False
+def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.reshape(-1)
+
+
+def _specials(t: torch.Tensor) -> torch.Tensor:
+    """0 finite, 1 NaN, 2 +inf, 3 -inf: one code per element, so two patterns compare with torch.equal."""
+    return torch.isnan(t).to(torch.int8) + 2 * torch.isposinf(t).to(torch.int8) + 3 * torch.isneginf(t).to(torch.int8)
 
 
 def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, config: ToleranceConfig) -> Comparison:
-    """Compare one output leaf. All three tensors are CPU tensors of the same shape."""
+    """Compare one output leaf. The three tensors have the same shape and sit on one device (any)."""
     if cand.shape != ref.shape:
         return Comparison(False, f"shape {list(cand.shape)} != reference {list(ref.shape)}")
     if not (ref.is_floating_point() or ref.is_complex()):
@@ -60,29 +57,47 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
         return Comparison(ok, "exact match" if ok else "integer/bool values differ from the reference")
     if cand.numel() == 0:
         return Comparison(True, "empty")
-
-    c = cand.to(torch.complex128 if cand.is_complex() else torch.float64)
-    r = ref.to(c.dtype)
-    if config.mode == "kernelbench" or oracle is None:
-        if not _same_specials(c, r):
+    wide = torch.complex128 if cand.is_complex() or ref.is_complex() else torch.float64
+    use_oracle = config.mode != "kernelbench" and oracle is not None
+    c_all, r_all, o_all = _flat(cand), _flat(ref), _flat(oracle) if use_oracle else None
+    cand_err = ref_err = scale = 0.0
+    close, specials_ok, bad_specials, any_finite = True, True, 0, False
+    for start in range(0, c_all.numel(), _CHUNK):
+        c = c_all[start:start + _CHUNK].to(wide)
+        r = r_all[start:start + _CHUNK].to(wide)
+        if not use_oracle:
+            sc = _specials(c.real if c.is_complex() else c)
+            if not torch.equal(sc, _specials(r.real if r.is_complex() else r)):
+                specials_ok = False
+                break
+            finite = torch.isfinite(c) & torch.isfinite(r)
+            if finite.any():
+                cf, rf = c[finite], r[finite]
+                close &= bool(torch.allclose(cf, rf, atol=config.kernelbench_atol, rtol=config.kernelbench_rtol))
+                cand_err = max(cand_err, (cf - rf).abs().max().item())
+            continue
+        o = o_all[start:start + _CHUNK].to(wide)
+        sc = _specials(c.real if c.is_complex() else c)
+        if not (torch.equal(sc, _specials(o.real if o.is_complex() else o))
+                or torch.equal(sc, _specials(r.real if r.is_complex() else r))):
+            specials_ok, bad_specials = False, bad_specials + int((~torch.isfinite(c)).sum())
+            break
+        finite = torch.isfinite(c) & torch.isfinite(o) & torch.isfinite(r)
+        if finite.any():
+            any_finite = True
+            cf, of, rf = c[finite], o[finite], r[finite]
+            cand_err = max(cand_err, (cf - of).abs().max().item())
+            ref_err = max(ref_err, (rf - of).abs().max().item())
+            scale = max(scale, of.abs().max().item())
+    if not use_oracle:
+        if not specials_ok:
             return Comparison(False, "NaN/Inf in different places than the reference")
-        finite = torch.isfinite(c) & torch.isfinite(r)
-        ok = torch.allclose(c[finite], r[finite], atol=config.kernelbench_atol, rtol=config.kernelbench_rtol)
-        err = (c[finite] - r[finite]).abs().max().item() if finite.any() else 0.0
         label = "kernelbench tolerance" if config.mode == "kernelbench" else "no float64 oracle; kernelbench tolerance"
-        return Comparison(bool(ok), f"max |cand-ref| {err:.3g} ({label})", err, float("nan"))
-
-    o = oracle.to(c.dtype)
-    if not _same_specials(c, o, r):
-        n = int((~torch.isfinite(c)).sum())
-        return Comparison(False, f"NaN/Inf where the float64 reference has none ({n} non-finite values)")
-    finite = torch.isfinite(c) & torch.isfinite(o) & torch.isfinite(r)
-    if not finite.any():
+        return Comparison(bool(close), f"max |cand-ref| {cand_err:.3g} ({label})", cand_err, float("nan"))
+    if not specials_ok:
+        return Comparison(False, f"NaN/Inf where the float64 reference has none ({bad_specials} non-finite values)")
+    if not any_finite:
         return Comparison(True, "all values non-finite, matching the reference")
-    cf, of, rf = c[finite], o[finite], r[finite]
-    cand_err = (cf - of).abs().max().item()
-    ref_err = (rf - of).abs().max().item()
-    scale = of.abs().max().item()
     eps = torch.finfo(ref.dtype).eps if ref.is_floating_point() else torch.finfo(torch.float32).eps
     allowed = config.error_factor * ref_err + config.floor_eps * eps * max(scale, 1e-30)
     ok = cand_err <= allowed

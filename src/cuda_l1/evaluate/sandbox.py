@@ -1,33 +1,38 @@
-"""The trust boundary: the parent's side of a sandboxed child that runs one candidate.
+"""The trust boundary, parent side: one sandboxed process running one side (reference or candidate).
 
-What the parent guarantees, whatever the candidate does:
-- the candidate runs in a separate process started from a clean interpreter, in a fresh scratch
-  directory, with an environment built from an allow-list (no keys, tokens, secrets, passwords, and no
-  HF/OpenAI/AWS/... variables at all);
-- it talks to the parent only through a private, authenticated channel (channel.py); its stdout and
-  stderr go to a log file that is read back as text and never parsed for results;
-- wall-clock deadlines for every request, a resident-memory limit and a process-count limit are
-  watched from outside; on any breach, and at the end of every evaluation, the whole process group is
-  killed (and, where namespaces are available, the PID namespace dies with the harness);
-- the process tree and thread count of the child are read from /proc by the parent itself, so a
-  candidate cannot hide work left running after a call by lying about it.
-The child confines itself further before importing the candidate (confine.py: namespaces, Landlock,
-rlimits) and reports what was enforced; the verdict carries that report.
+What the parent guarantees, whatever the module inside does:
+- it runs in a separate process started from a clean interpreter, in a fresh scratch directory, with
+  an environment built from an allow-list (no keys, tokens, secrets, passwords, and no HF/OpenAI/AWS/...
+  variables at all), confined before torch is imported (confine.py: namespaces, private mounts, no
+  capabilities or an unprivileged uid, Landlock, seccomp, rlimits) — each layer probed and reported;
+- it talks to the parent only through a private, authenticated channel (channel.py) whose frames are
+  typed and validated (protocol.py); what it prints goes to a log that is never parsed;
+- it runs only inside its own windows: before and after, the parent stops every process of its tree
+  with SIGSTOP and checks that none of them used CPU time while stopped (`freeze`, `thaw`);
+- its outputs are read by the parent from its memory (remote.py), never taken from its reports;
+- wall-clock deadlines for every request, a memory limit (resident memory of the whole tree plus its
+  private /dev/shm) and a process-count limit are watched from outside; on any breach, and at the end,
+  every process of the tree is killed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, Message, new_key
+from cuda_l1.evaluate import protocol
+from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
+from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
 
 # Variables a child may inherit; everything else is dropped. Even these are dropped if their name
 # looks like a credential.
@@ -43,7 +48,7 @@ _SECRET_NAME = re.compile(
 )
 
 
-def scrubbed_env(scratch: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def scrubbed_env(scratch: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _SECRET_NAME.search(k)}
     env.update(
         HOME=scratch,
@@ -60,65 +65,44 @@ def scrubbed_env(scratch: str, extra: dict[str, str] | None = None) -> dict[str,
     )
     if "PATH" not in env:
         env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-    for k, v in (extra or {}).items():
-        if not _SECRET_NAME.search(k):
-            env[k] = v
     return env
 
 
 @dataclass
 class SandboxConfig:
-    """Limits and isolation layers for one candidate child."""
+    """Limits and isolation layers for one side's process."""
 
-    namespaces: bool = True  # new PID + network namespace when the platform allows
-    landlock: bool = True  # filesystem (and TCP) confinement when the kernel allows
-    memory_bytes: int = 16 * 2**30  # resident memory of the child's process tree
-    max_processes: int = 32  # processes in the child's session (fork bombs end here)
+    namespaces: bool = True  # new PID, network and mount namespaces where the platform allows
+    landlock: bool = True  # filesystem (and TCP, signal) confinement where the kernel allows
+    seccomp: bool = True  # refuse scheduling, affinity, ptrace and namespace system calls
+    drop_identity: bool = True  # an unprivileged uid where possible, else uid 0 without capabilities
+    memory_bytes: int = 16 * 2**30  # resident memory of the side's process tree plus its /dev/shm
+    shm_bytes: int = 64 * 2**20  # size of the side's private /dev/shm
+    max_processes: int = 32  # processes in the side's tree (fork bombs end here)
     cpu_seconds: int = 3600  # RLIMIT_CPU
-    file_bytes: int = 512 * 2**20  # RLIMIT_FSIZE: largest file the child may write
+    file_bytes: int = 512 * 2**20  # RLIMIT_FSIZE: largest file the side may write
     open_files: int = 4096  # RLIMIT_NOFILE
-    log_bytes: int = 16_000  # how much of the child's output the verdict keeps
+    log_bytes: int = 16_000  # how much of the side's output the verdict keeps
     scratch_root: str | None = None  # where scratch directories are made (default: the system temp dir)
     keep_scratch: bool = False  # keep the scratch directory for debugging
 
 
-_NAMESPACES: dict[str, str] = {}
+class ChildFailure(Exception):
+    """The side broke the protocol: died, hung, exceeded a limit, or sent something invalid."""
 
-
-def usable_namespaces(device: str | None) -> str:
-    """The strongest namespace set in which this device still initialises (probed once per device):
-    some GPU drivers refuse to start inside a new PID namespace, for one."""
-    key = device or "cpu"
-    if key not in _NAMESPACES:
-        from cuda_l1.evaluate.confine import NAMESPACE_SETS
-
-        chosen = ""
-        for which in NAMESPACE_SETS:
-            probe = subprocess.run([sys.executable, "-m", "cuda_l1.evaluate.confine", "probe", which, key],
-                                   env=scrubbed_env(tempfile.gettempdir()), capture_output=True, timeout=120)
-            if probe.returncode == 0:
-                chosen = which
-                break
-        _NAMESPACES[key] = chosen
-    return _NAMESPACES[key]
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind  # "timeout" | "runtime_error" | "rejected"
 
 
 @dataclass
 class ExitInfo:
     returncode: int | None
     signal: int | None
-    reason: str  # "exited", "killed: <why>", "running"
+    reason: str  # "exited", "running", "not started"
 
 
-class ChildFailure(Exception):
-    """The child broke the protocol: died, hung, exceeded a limit, or sent garbage."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind  # "timeout" | "runtime_error"
-
-
-def _read_proc(path: str) -> str:
+def _read(path: str) -> str:
     try:
         with open(path) as fh:
             return fh.read()
@@ -126,160 +110,263 @@ def _read_proc(path: str) -> str:
         return ""
 
 
-def _session_pids(sid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _read_proc(f"/proc/{entry}/stat")
-        if not stat:
-            continue
+def _stat_fields(pid: int) -> list[str]:
+    text = _read(f"/proc/{pid}/stat")
+    return text[text.rindex(")") + 2:].split() if ")" in text else []
+
+
+def _task_state(pid: int, task: str) -> str:
+    text = _read(f"/proc/{pid}/task/{task}/stat")
+    return text[text.rindex(")") + 2] if ")" in text else "X"
+
+
+def _identity_uid(read_paths: list[str]) -> int | None:
+    """The uid a side takes: nobody, when everything it must read is readable by nobody."""
+    if os.geteuid() != 0:
+        return None
+    import cuda_l1
+
+    needed = [sys.prefix, sys.base_prefix, sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"),
+              sysconfig.get_path("platlib"), os.path.dirname(os.path.abspath(cuda_l1.__file__))] + read_paths
+    return NOBODY if readable_by_others(needed) else None
+
+
+_PLANS: dict[tuple, str] = {}
+
+
+def usable_namespaces(config: SandboxConfig, device: str, plan: ConfinePlan) -> str:
+    """The strongest namespace set in which a confined side still initialises this device (probed
+    once per device and plan): some GPU drivers refuse to start inside a new PID namespace."""
+    if not config.namespaces or not sys.platform.startswith("linux"):
+        return ""
+    key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity)
+    if key not in _PLANS:
+        chosen = ""
+        scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
         try:
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: session id
-                pids.append(int(entry))
-        except (ValueError, IndexError):
-            continue
-    return pids
-
-
-def _rss_bytes(pid: int) -> int:
-    for line in _read_proc(f"/proc/{pid}/status").splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+            if plan.uid is not None:
+                os.chown(scratch, plan.uid, plan.uid)
+            for which in NAMESPACE_SETS[:-1]:
+                trial = dataclasses.replace(plan, namespaces=which, scratch=scratch)
+                probe = subprocess.run([sys.executable, "-m", "cuda_l1.evaluate.child", "--probe", "--read-fd", "0",
+                                        "--write-fd", "1", "--device", device, "--plan", json.dumps(dataclasses.asdict(trial))],
+                                       env=scrubbed_env(scratch), cwd=scratch, capture_output=True, timeout=180)
+                if probe.returncode == 0:
+                    chosen = which
+                    break
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        _PLANS[key] = chosen
+    return _PLANS[key]
 
 
 @dataclass
-class ChildProcess:
-    """One sandboxed harness process and its channel."""
+class SideProcess:
+    """One sandboxed side and its channel."""
 
     config: SandboxConfig
+    device: str
     proc: subprocess.Popen | None = None
     chan: Channel | None = None
     scratch: str = ""
     log_path: str = ""
     killed_for: str = ""
+    inputs_fd: int = -1  # CPU: the parent's read-write memfd behind this side's input buffer
     notes: dict = field(default_factory=dict)
+    frozen: set = field(default_factory=set)
+    _frozen_ticks: int = 0
 
     @classmethod
-    def start(cls, config: SandboxConfig, env_extra: dict[str, str] | None = None,
-              device: str | None = None) -> "ChildProcess":
-        self = cls(config)
+    def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None) -> "SideProcess":
+        self = cls(config, device)
         self.scratch = tempfile.mkdtemp(prefix="cuda-l1-", dir=config.scratch_root)
         os.chmod(self.scratch, 0o700)
+        uid = _identity_uid(read_paths) if config.drop_identity else None
+        if uid is not None:
+            os.chown(self.scratch, uid, uid)
+        plan = ConfinePlan(scratch=self.scratch, landlock=config.landlock, seccomp=config.seccomp,
+                           drop_identity=config.drop_identity, uid=uid, cpu_core=cpu_core, shm_bytes=config.shm_bytes,
+                           read_paths=list(read_paths),
+                           limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
+                                   "open_files": config.open_files,
+                                   "address_space_bytes": config.memory_bytes if device == "cpu" else None})
+        plan.namespaces = usable_namespaces(config, device, plan)
         fd, self.log_path = tempfile.mkstemp(prefix="cuda-l1-log-", suffix=".txt")
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
-        cmd = [sys.executable, "-u", "-m", "cuda_l1.evaluate.child",
-               "--read-fd", str(p2c_r), "--write-fd", str(c2p_w)]
-        which = usable_namespaces(device) if config.namespaces and sys.platform.startswith("linux") else ""
-        if which:
-            cmd += ["--namespaces", which]
-        if device:
-            cmd += ["--device", device]
+        passed = [p2c_r, c2p_w]
+        child_inputs = -1
+        if device == "cpu":  # the input buffer: the parent writes it, the side may only read it
+            self.inputs_fd = os.memfd_create("cuda-l1-inputs", os.MFD_CLOEXEC)
+            child_inputs = os.open(f"/proc/self/fd/{self.inputs_fd}", os.O_RDONLY)
+            passed.append(child_inputs)
+        cmd = [sys.executable, "-u", "-m", "cuda_l1.evaluate.child", "--read-fd", str(p2c_r), "--write-fd", str(c2p_w),
+               "--inputs-fd", str(child_inputs), "--device", device, "--plan", json.dumps(dataclasses.asdict(plan))]
         try:
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=self.scratch,
-                env=scrubbed_env(self.scratch, env_extra),
-                stdin=subprocess.DEVNULL,
-                stdout=fd,
-                stderr=fd,
-                pass_fds=(p2c_r, c2p_w),
-                start_new_session=True,  # its own process group and session: killed as a whole
-                close_fds=True,
-            )
+            self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=scrubbed_env(self.scratch), stdin=subprocess.DEVNULL,
+                                         stdout=fd, stderr=fd, pass_fds=tuple(passed), start_new_session=True,
+                                         close_fds=True)
         finally:
-            os.close(fd)
-            os.close(p2c_r)
-            os.close(c2p_w)
+            for f in [fd] + passed:
+                os.close(f)
         key = new_key()
         os.write(p2c_w, key)
         self.chan = Channel(c2p_r, p2c_w, key, is_parent=True)
         return self
 
     # -- watching from outside --------------------------------------------------------------------
-    def session_pids(self) -> list[int]:
+    def tree(self) -> list[int]:
+        """Every process of this side (the namespace wrapper, the harness and all its descendants), as
+        the kernel lists them: children of every thread, recursively."""
         if self.proc is None:
             return []
-        return _session_pids(self.proc.pid)
-
-    def harness_pid(self) -> int | None:
-        """The process running the harness: the child itself, or its only child inside namespaces."""
-        if self.proc is None:
-            return None
-        children = _read_proc(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
-        if "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not") and children:
-            return int(children[0])
-        return self.proc.pid
-
-    def tree(self) -> dict:
-        """Threads of the harness and the processes it started, as the kernel sees them."""
-        hpid = self.harness_pid()
-        if hpid is None:
-            return {"threads": 0, "processes": []}
-        threads = len(os.listdir(f"/proc/{hpid}/task")) if os.path.isdir(f"/proc/{hpid}/task") else 0
-        descendants, frontier = [], [hpid]
+        out, frontier = [], [self.proc.pid]
         while frontier:
             pid = frontier.pop()
-            for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
-                for child in _read_proc(f"/proc/{pid}/task/{task}/children").split():
-                    descendants.append(int(child))
-                    frontier.append(int(child))
-        names = [(_read_proc(f"/proc/{p}/comm").strip() or "?") for p in descendants]
-        return {"threads": threads, "processes": names}
+            out.append(pid)
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                frontier += [int(c) for c in _read(f"/proc/{pid}/task/{task}/children").split()]
+        return out
 
-    def _watch(self) -> None:
-        pids = self.session_pids()
+    def harness_pid(self) -> int | None:
+        """The process running the harness: the one inside the namespaces when there are any."""
+        if self.proc is None:
+            return None
+        if "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not"):
+            children = _read(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
+            return int(children[0]) if children else None
+        return self.proc.pid
+
+    def cpu_ticks(self, pids: list[int] | None = None) -> int:
+        """User + system CPU time of the tree, in clock ticks (threads that ended included)."""
+        total = 0
+        for pid in pids if pids is not None else self.tree():
+            f = _stat_fields(pid)
+            if len(f) > 14:
+                total += int(f[11]) + int(f[12])
+        return total
+
+    def memory_bytes(self) -> int:
+        """Resident memory of every process of the tree plus what its private /dev/shm holds."""
+        total = 0
+        for pid in self.tree():
+            for line in _read(f"/proc/{pid}/status").splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        hpid = self.harness_pid()
+        if hpid and "/dev/shm private" in self.notes.get("mounts", ""):
+            try:
+                st = os.statvfs(f"/proc/{hpid}/root/dev/shm")
+                total += (st.f_blocks - st.f_bfree) * st.f_frsize
+            except OSError:
+                pass
+        return total
+
+    def watch(self) -> None:
+        pids = self.tree()
         if len(pids) > self.config.max_processes:
             self.kill(f"started more than {self.config.max_processes} processes")
-            raise ChildFailure("runtime_error", f"the candidate started more than {self.config.max_processes} processes")
-        rss = sum(_rss_bytes(p) for p in pids)
-        if rss > self.config.memory_bytes:
-            self.kill(f"used {rss / 2**30:.1f} GiB of memory")
-            raise ChildFailure("runtime_error", f"the candidate used more than {self.config.memory_bytes / 2**30:.1f} GiB of memory")
+            raise ChildFailure("runtime_error", f"the side started more than {self.config.max_processes} processes")
+        used = self.memory_bytes()
+        if used > self.config.memory_bytes:
+            self.kill(f"used {used / 2**30:.1f} GiB of memory")
+            raise ChildFailure("runtime_error", f"the side used more than {self.config.memory_bytes / 2**30:.1f} GiB of host memory")
+
+    def freeze(self, timeout: float = 2.0) -> None:
+        """Stop every process of the tree and wait until each of its threads is stopped."""
+        for _ in range(50):  # a process that forks while being stopped shows up on the next pass
+            new = [p for p in self.tree() if p not in self.frozen]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            self.frozen.update(new)
+        deadline = time.monotonic() + timeout
+        for pid in list(self.frozen):
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue  # gone already
+            for task in tasks:
+                while _task_state(pid, task) not in "TtZX":
+                    if time.monotonic() > deadline:
+                        self.kill("could not be stopped")
+                        raise ChildFailure("rejected", "a process of the side could not be stopped between windows")
+                    time.sleep(0.00002)
+        self._frozen_ticks = self.cpu_ticks(sorted(self.frozen))
+
+    def thaw(self) -> None:
+        """Let the tree run again, after checking it did not run while stopped."""
+        if not self.frozen:
+            return
+        pids = self.tree()
+        if any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
+            self.kill("ran while stopped")
+            raise ChildFailure("rejected", "a process of the side ran while the side was stopped (it escaped the freeze)")
+        for pid in self.frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.frozen = set()
 
     # -- talking ----------------------------------------------------------------------------------
-    def send(self, header: dict, blobs: list[bytes] | None = None) -> None:
+    def send(self, message) -> None:
         try:
-            self.chan.send(header, blobs)
+            self.chan.send(protocol.encode(message))
         except (ChannelClosed, OSError):
             raise ChildFailure("runtime_error", self._death_message()) from None
 
-    def recv(self, timeout: float, max_bytes: int | None = None) -> Message:
-        """Wait for one frame, watching limits; any failure becomes a ChildFailure."""
+    def recv(self, timeout: float, max_bytes: int = 64 << 20):
+        """Wait for one message, watching limits; any failure becomes a ChildFailure. Returns the
+        decoded, validated message."""
         deadline = time.monotonic() + timeout
-        if max_bytes is not None:
-            self.chan.max_frame_bytes = max_bytes
+        self.chan.max_frame_bytes = max_bytes
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill("timed out")
                 raise ChildFailure("timeout", f"no answer within {timeout:.0f} s")
             try:
-                return self.chan.recv(timeout=min(remaining, 0.25))
+                frame = self.chan.recv(timeout=min(remaining, 0.25))
             except ChannelTimeout:
-                self._watch()
+                self.watch()
+                continue
             except ChannelClosed:
                 raise ChildFailure("runtime_error", self._death_message()) from None
             except ChannelError as exc:
                 self.kill("broke the protocol")
-                raise ChildFailure("runtime_error", f"the child sent an invalid message ({exc})") from None
+                raise ChildFailure("rejected", f"the side sent an invalid frame ({exc})") from None
+            try:
+                return protocol.decode(frame.header, from_side=True)
+            except protocol.ProtocolError as exc:
+                self.kill("broke the protocol")
+                raise ChildFailure("rejected", f"the side sent an invalid message ({exc})") from None
 
-    def request(self, header: dict, timeout: float, max_bytes: int | None = None) -> Message:
-        self.send(header)
-        return self.recv(timeout, max_bytes)
+    def request(self, message, timeout: float, expect: type):
+        self.send(message)
+        reply = self.recv(timeout)
+        if not isinstance(reply, expect):
+            self.kill("broke the protocol")
+            raise ChildFailure("rejected", f"the side answered {type(reply).__name__} where {expect.__name__} was due")
+        return reply
 
     # -- ending -----------------------------------------------------------------------------------
     def _death_message(self) -> str:
         info = self.exit_info(wait=2.0)
         if info.signal:
             name = signal.Signals(info.signal).name if info.signal in signal.Signals._value2member_map_ else str(info.signal)
-            return f"the candidate process died with signal {name}"
+            return f"the side's process died with signal {name}"
         if info.returncode is not None:
-            return f"the candidate process exited with code {info.returncode} before answering"
-        return "the candidate process closed its channel"
+            return f"the side's process exited with code {info.returncode} before answering"
+        return "the side's process closed its channel"
 
     def exit_info(self, wait: float = 0.0) -> ExitInfo:
         if self.proc is None:
@@ -290,11 +377,10 @@ class ChildProcess:
             code = None
         if code is None:
             return ExitInfo(None, None, "running")
-        # The namespace wrapper mirrors a signal death as 128+N.
         if code < 0:
             return ExitInfo(code, -code, "exited")
         if code > 128 and "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not"):
-            return ExitInfo(code, code - 128, "exited")
+            return ExitInfo(code, code - 128, "exited")  # the namespace wrapper mirrors a signal death as 128+N
         return ExitInfo(code, None, "exited")
 
     def kill(self, why: str = "") -> None:
@@ -303,36 +389,42 @@ class ChildProcess:
         if self.proc is None:
             return
         for _ in range(3):
-            pids = self.session_pids()
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            for pid in pids:  # anything that left the process group but not the session
+            pids = self.tree()
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            if not self.session_pids():
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if self.proc.poll() is not None and len(self.tree()) <= 1:
                 break
             time.sleep(0.02)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - a process stuck in the kernel
             pass
+        self.frozen = set()
 
     def close(self, graceful: bool = True) -> str:
-        """End the child (politely first), kill anything left, remove the scratch directory, and
+        """End the side (politely first), kill anything left, remove its scratch directory, and
         return the tail of its log."""
         if self.proc is not None and self.proc.poll() is None and graceful and not self.killed_for:
             try:
+                if self.frozen:
+                    self.thaw()
                 self.chan.send({"op": "bye"})
                 self.proc.wait(timeout=5)
-            except (ChannelClosed, OSError, subprocess.TimeoutExpired):
+            except (ChannelClosed, OSError, subprocess.TimeoutExpired, ChildFailure):
                 pass
         self.kill()
         if self.chan is not None:
             self.chan.close()
+        if self.inputs_fd >= 0:
+            os.close(self.inputs_fd)
+            self.inputs_fd = -1
         log = self.log_tail()
         try:
             os.unlink(self.log_path)

@@ -1,6 +1,6 @@
 # reference: linear_gelu
 # expect: incorrect
-# check: timed_outputs
+# check: correctness
 # Correct while it is likely being checked, then skips the work.
 import torch
 import torch.nn as nn

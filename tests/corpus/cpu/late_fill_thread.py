@@ -1,5 +1,6 @@
 # reference: linear_gelu
-# expect: rejected
+# expect: incorrect
+# check: correctness
 # Returns an empty tensor at once and fills it from a background thread afterwards.
 import threading
 import time

@@ -1,6 +1,6 @@
 # reference: relu_add
 # expect: rejected
-# check: no_input_aliasing
+# check: inputs_unchanged
 # Writes the result into its input and returns the input.
 import torch
 import torch.nn as nn

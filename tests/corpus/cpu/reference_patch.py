@@ -1,6 +1,5 @@
 # reference: linear_gelu
-# expect: rejected
-# check: global_state
+# expect: not_faster
 # Shrinks the reference module's size constant so the inputs the harness builds get smaller.
 import sys
 

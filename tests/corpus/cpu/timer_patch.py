@@ -1,6 +1,5 @@
 # reference: linear_gelu
-# expect: rejected
-# check: global_state
+# expect: not_faster
 # Makes the clock run slow so every measured interval shrinks.
 import time
 

@@ -1,6 +1,5 @@
 # reference: linear_gelu
-# expect: rejected
-# check: global_state
+# expect: not_faster
 # Replaces torch.randn so the harness's "fresh" inputs become tiny and predictable.
 import torch
 import torch.nn as nn

@@ -1,0 +1,83 @@
+"""Between windows, from the parent's own process: wait until the device is idle, then flush caches.
+
+A stopped process's queued GPU kernels keep running, and the GPU time-slices between processes, so a
+one-element kernel launched from the parent's own CUDA context answers in ~20 us on an idle GPU but
+takes a time slice (~2 ms on an H200) while another context still has work (measured:
+benchmarks/results/2026-12-01-h200-isolation). `wait_idle` probes until two answers in a row come
+back at idle speed; the time it took is part of the window that just ended. The cache flush writes a
+buffer twice the last-level cache, outside both windows, so neither side finds the other's data (or
+its own from an earlier window) cached.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+
+def flush_bytes(device: str) -> int:
+    """2x the L2 on CUDA devices; 2x the last-level cache (capped) on CPU."""
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        return 2 * (getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+    for index in range(4, -1, -1):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as fh:
+                text = fh.read().strip().upper()
+            scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1], 1)
+            return min(2 * int(text.rstrip("KMG")) * scale, 256 * 2**20)
+        except (OSError, ValueError):
+            continue
+    return 32 * 2**20
+
+
+class Quiet:
+    """The parent's probe and flush for one device."""
+
+    def __init__(self, device: str, flush: bool = True, core: int | None = None):
+        self.device = device
+        self.core = core
+        self.gpu = device.startswith("cuda")
+        self.idle_s = 0.0
+        self.buffer = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device) if flush else None
+        if self.gpu:
+            self.one = torch.zeros(1, device=device)
+            samples = sorted(self._probe() for _ in range(40))
+            self.idle_s = samples[len(samples) // 2]
+
+    def _probe(self) -> float:
+        t0 = time.perf_counter()
+        self.one.add_(1.0)
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def wait_idle(self, timeout_s: float) -> float:
+        """Seconds until two probes in a row answer at idle speed (0 on CPU)."""
+        if not self.gpu:
+            return 0.0
+        start = time.perf_counter()
+        fast, threshold = 0, 3 * self.idle_s + 20e-6
+        while fast < 2:
+            fast = fast + 1 if self._probe() < threshold else 0
+            if time.perf_counter() - start > timeout_s:
+                raise TimeoutError("the device stayed busy after the window")
+        return time.perf_counter() - start
+
+    def flush(self) -> None:
+        if self.buffer is None:
+            return
+        if self.gpu:
+            self.buffer.fill_(0x5A5A)
+            torch.cuda.synchronize(self.device)
+            return
+        if self.core is not None and hasattr(os, "sched_setaffinity"):
+            allowed = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {self.core})  # the core the sides are timed on: its caches
+            try:
+                self.buffer.fill_(0x5A5A)
+            finally:
+                os.sched_setaffinity(0, allowed)
+        else:
+            self.buffer.fill_(0x5A5A)

@@ -1,0 +1,388 @@
+"""One candidate through one evaluation: load it, then rounds of windows until the speedup is known.
+
+Each round: fresh inputs from secret seeds into both sides' buffers; one window per side in random
+order (thaw, run a batch of calls, stop it, wait until the device is idle; the parent's clock
+measures all of it); then, with both sides stopped, the parent reads sampled calls' outputs from both
+sides' memory at positions drawn now and compares them (in the first rounds one call in full against
+the float64 oracle, later now and then one call in full against the reference). Checked calls and
+timed calls are the same calls: a side cannot tell which of its calls will be looked at.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cuda_l1.evaluate import timing, verify
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.protocol import BuildReply, BuildRequest, Confined, Loaded, Mapped, Oracle, Oracled, Ran, Run, Setup
+from cuda_l1.evaluate.remote import RemoteMemory, Unreadable, input_mappings, inputs_unchanged
+from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
+from cuda_l1.evaluate.slots import SlotBuffer
+from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
+
+_SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks fail at once
+
+
+class ReferenceFailure(Exception):
+    """The reference's own side failed (while a candidate was being judged, or while setting up)."""
+
+
+@dataclass
+class Side:
+    """One side as the referee uses it: its process, its input buffer and a reader of its memory."""
+
+    name: str  # "reference" | "candidate"
+    proc: SideProcess
+    buffer: SlotBuffer
+    memory: RemoteMemory
+    ran: Ran | None = None
+    window: timing.Window | None = None
+    input_ranges: list = field(default_factory=list)
+
+
+def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable | None) -> tuple[Loaded, list[dict]]:
+    """Send the setup and serve build requests until the side says whether its module loaded."""
+    proc.send(setup)
+    deadline = time.monotonic() + timeout_s
+    builds, confined = [], False
+    while True:
+        msg = proc.recv(max(deadline - time.monotonic(), 0.01))
+        if isinstance(msg, Confined) and not confined:
+            # Only the report sent before the module was imported counts.
+            confined = True
+            proc.notes = dict(msg.sandbox)
+        elif isinstance(msg, BuildRequest) and confined:
+            started = time.monotonic()
+            reply = build({"args": msg.args, "kwargs": msg.kwargs}) if build else {"ok": False, "log": "no builder"}
+            builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"), "seconds": round(time.monotonic() - started, 3)})
+            proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
+        elif isinstance(msg, Loaded) and confined:
+            return msg, builds
+        else:
+            proc.kill("broke the protocol")
+            raise ChildFailure(REJECTED, f"unexpected message {type(msg).__name__} while loading")
+
+
+class Referee:
+    def __init__(self, env, cand: SideProcess, source: str, config: EvalConfig, deadline: float):
+        self.env = env  # evaluator.TaskEnv: the reference's side, inputs, probe
+        self.config = config
+        self.source = source
+        self.deadline = deadline
+        self.cand_proc = cand
+        self.checks: dict[str, Check] = {}
+        self.reasons: list[str] = []
+        self.status: str | None = None
+        self.timing: dict = {}
+        self.builds: list[dict] = []
+        self.comparisons = []
+        self.rng = random.Random(secrets.randbits(64))
+        self.estimate: timing.Estimate | None = None
+        self.cand: Side | None = None
+
+    # -- bookkeeping ------------------------------------------------------------------------------------
+    def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
+        previous = self.checks.get(name)
+        if previous is not None and previous.passed is False:
+            return  # the first failure of a check is the informative one
+        self.checks[name] = Check(name, passed, detail, blocking)
+
+    def _fail(self, name: str, status: str, reason: str) -> None:
+        self._check(name, False, reason)
+        self.reasons.append(reason)
+        if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
+            self.status = status
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ChildFailure(TIMEOUT, f"the evaluation took longer than its limit of {self.config.timeout_s:.0f} s")
+        return left
+
+    # -- phases ----------------------------------------------------------------------------------------
+    def load(self) -> bool:
+        env, cfg = self.env, self.config
+        setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads)
+        loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()), env.build)
+        if loaded.signals:
+            self._check("global_state", False, "importing the candidate re-bound: " + ", ".join(loaded.signals), blocking=False)
+        if not loaded.ok:
+            if loaded.kind == "harness_error":
+                raise RuntimeError("the evaluation harness could not start in the side:\n" + loaded.message)
+            if loaded.kind == "compile_error":
+                self._fail("compiles", COMPILE_ERROR, "the candidate does not load: " + loaded.message[-4000:])
+                self.status = COMPILE_ERROR
+            else:
+                self._check("compiles", True, "module imported")
+                self._fail("constructs", RUNTIME_ERROR, loaded.message[-4000:])
+                self.status = RUNTIME_ERROR
+            return False
+        self._check("compiles", True, "module imported, ModelNew found")
+        self._check("constructs", True, "ModelNew(*get_init_inputs()) built")
+        buffer = SlotBuffer(env.source, env.n_slots, self.cand_proc.inputs_fd)
+        self.cand = Side("candidate", self.cand_proc, buffer,
+                         RemoteMemory(cfg.device, self.cand_proc.harness_pid, env.max_output_bytes))
+        mapped = self.cand_proc.request(buffer.message(), min(cfg.call_timeout_s, self.remaining()), Mapped)
+        if not mapped.ok:
+            raise RuntimeError("the side could not map its inputs: " + mapped.message)
+        self.cand.input_ranges = mapped_inputs(self.cand)
+        self.cand_proc.freeze()  # from now on the candidate runs only inside its own windows
+        return True
+
+    def _window(self, side: Side, slots: list[int], timeout: float, signals: bool = False) -> None:
+        proc, quiet = side.proc, self.env.quiet
+        quiet.flush()
+        proc.thaw()
+        t0 = time.perf_counter()
+        ran = proc.request(Run(slots, signals), min(timeout, self.remaining()), Ran)
+        t_reply = time.perf_counter()
+        proc.freeze()
+        t_frozen = time.perf_counter()
+        try:
+            quiet.wait_idle(min(timeout, self.remaining()))
+        except TimeoutError:
+            raise ChildFailure(TIMEOUT, "the device was still busy with the side's work long after its window") from None
+        t_end = time.perf_counter()
+        side.ran = ran
+        side.window = timing.Window(len(slots), t_end - t0, t_reply - t0, t_end - t_frozen)
+
+    def _reference_window(self, slots: list[int], timeout: float, signals: bool = False) -> None:
+        try:
+            self._window(self.env.ref, slots, timeout, signals)
+        except ChildFailure as failure:
+            raise ReferenceFailure(f"the reference's side failed during the candidate's evaluation: {failure}") from None
+        if not self.env.ref.ran.ok:
+            raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
+
+    def null_windows(self, count: int = 5) -> float:
+        """The fixed cost of a window (request, reply, stop, idle probe) with no calls, on the reference."""
+        windows = []
+        for _ in range(count):
+            self._reference_window([], self.config.call_timeout_s)
+            windows.append(self.env.ref.window)
+        return timing.overhead(windows)
+
+    def _fresh_inputs(self, count: int) -> list[list]:
+        env = self.env
+        values = []
+        for slot in range(count):
+            generated = env.source.generate(secrets.randbits(62))
+            env.source.check_same_layout(generated)
+            env.ref.buffer.write(slot, generated)
+            self.cand.buffer.write(slot, generated)
+            values.append(generated)
+        env.sync()
+        return values
+
+    # -- verification ---------------------------------------------------------------------------------
+    def _read(self, side: Side, call, index: int) -> list:
+        try:
+            return [side.memory.tensor(leaf) if leaf.kind == "tensor" else None for leaf in call.leaves]
+        except Unreadable as exc:
+            if side.name == "reference":
+                raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
+            self._fail("outputs_readable", REJECTED, f"call {index + 1}: {exc}")
+            return []
+
+    def _compare(self, index: int, cand_call, ref_call, mode: str, round_no: int) -> None:
+        """mode: 'spots', 'full' (against the reference's output) or 'oracle' (float64, in full)."""
+        for finding in verify.describe_mismatch(cand_call, ref_call):
+            self._fail(finding.check, finding.status, f"call {index + 1} of round {round_no + 1}: {finding.reason}")
+        for leaf in cand_call.leaves:
+            if verify.aliases(leaf, self.cand.buffer.handle, self.cand.input_ranges):
+                self._fail("no_input_aliasing", REJECTED, f"an output of call {index + 1} lies in the candidate's input buffer")
+        if self.status is not None:
+            return
+        cand_leaves, ref_leaves = self._read(self.cand, cand_call, index), self._read(self.env.ref, ref_call, index)
+        if self.status is not None:
+            return
+        oracle_leaves = self._oracle(index) if mode == "oracle" else None
+        bound = verify.spot_bound(self.comparisons) if self.comparisons else None
+        for pos, (c, r, ref_leaf) in enumerate(zip(cand_leaves, ref_leaves, ref_call.leaves)):
+            if ref_leaf.kind != "tensor":
+                continue
+            where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
+            if mode == "oracle" or bound is None:
+                o = oracle_leaves[pos] if oracle_leaves else None
+                cmp = verify.against_oracle(c, r, o, self.config.tolerance)
+                self.comparisons.append(cmp)
+                if not cmp.ok:
+                    self._fail("correctness", INCORRECT, f"{where}: {cmp.detail}")
+            elif mode == "full":
+                problem = verify.full_values(c, r, bound)
+                if problem:
+                    self._fail("correctness", INCORRECT, f"{where} {problem}")
+            else:
+                problem = verify.spot_values(c, r, self.config.timing.spot_checks, self.rng, bound)
+                if problem:
+                    self._fail("correctness", INCORRECT, f"{where} {problem}")
+
+    def _oracle(self, slot: int) -> list | None:
+        ref = self.env.ref
+        ref.proc.thaw()
+        try:
+            msg = ref.proc.request(Oracle(slot), min(self.config.call_timeout_s * 4, self.remaining()), Oracled)
+        except ChildFailure as failure:
+            raise ReferenceFailure(f"the float64 reference failed: {failure}") from None
+        finally:
+            if ref.proc.exit_info().reason == "running":
+                ref.proc.freeze()
+        if not msg.ok or msg.call is None:
+            self.env.oracle_unavailable = msg.message
+            return None
+        try:
+            return [ref.memory.tensor(leaf) if leaf.kind == "tensor" else None for leaf in msg.call.leaves]
+        except Unreadable as exc:
+            raise ReferenceFailure(f"the float64 reference's outputs could not be read: {exc}") from None
+
+    def verify_round(self, round_no: int) -> None:
+        cand, ref = self.cand, self.env.ref
+        calls = cand.ran.calls
+        shared = verify.shared_storage(calls)
+        if shared:
+            self._fail("output_ownership", REJECTED, shared)
+            return
+        n_ref = len(ref.ran.calls)
+        sample = self.rng.sample(range(len(calls)), min(len(calls), max(self.config.timing.checked_calls, n_ref)))
+        oracle_at = self.rng.choice(sample) if round_no < self.config.correctness_trials else None
+        full_at = (self.rng.choice(sample) if oracle_at is None and self.rng.random() < self.config.timing.full_check_rate
+                   else None)
+        mode = {i: "oracle" if i == oracle_at else "full" if i == full_at else "spots" for i in sample}
+        for i in sorted(i for i in sample if i < n_ref):
+            self._compare(i, calls[i], ref.ran.calls[i], mode[i], round_no)
+            if self.status is not None:
+                return
+        later = sorted(i for i in sample if i >= n_ref)
+        if later:  # the reference's outputs for these slots, untimed
+            ref.proc.thaw()
+            try:
+                extra = ref.proc.request(Run(later), min(self.config.call_timeout_s, self.remaining()), Ran)
+            except ChildFailure as failure:
+                raise ReferenceFailure(f"the reference's side failed: {failure}") from None
+            ref.proc.freeze()
+            self.env.quiet.wait_idle(self.config.call_timeout_s)
+            if not extra.ok:
+                raise ReferenceFailure("the reference's forward raised:\n" + extra.message[-3000:])
+            for slot, ref_call in zip(later, extra.calls):
+                self._compare(slot, calls[slot], ref_call, mode[slot], round_no)
+                if self.status is not None:
+                    return
+
+    # -- the rounds -----------------------------------------------------------------------------------
+    def measure(self) -> None:
+        cfg, tc, env = self.config, self.config.timing, self.env
+        overhead_s = self.null_windows()
+        plan = {"reference": 1, "candidate": 1}
+        ref_ms, cand_ms, rounds, warm = [], [], 0, False
+        started = time.monotonic()
+        timed_since = None
+        while True:
+            pristine = self._fresh_inputs(max(plan.values()))
+            order = [env.ref, self.cand]
+            self.rng.shuffle(order)
+            first = rounds == 0
+            signals = first  # informational, and it costs a snapshot inside the window: untimed round only
+            for side in order:
+                timeout = cfg.first_call_timeout_s if first else cfg.call_timeout_s + 50 * side_estimate(side)
+                slots = list(range(plan[side.name]))
+                if side is env.ref:
+                    self._reference_window(slots, timeout)
+                    if changed_inputs(env.ref, slots, pristine):
+                        raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
+                    continue
+                self._window(side, slots, timeout, signals)
+                if not side.ran.ok:
+                    self._fail("forward_runs", RUNTIME_ERROR, "forward raised:\n" + side.ran.message[-4000:])
+                    self.status = RUNTIME_ERROR
+                    return
+                if side.ran.signals:
+                    self._check("global_state", False, "the candidate re-bound: " + ", ".join(side.ran.signals),
+                                blocking=False)
+                if len(side.ran.calls) != len(slots):
+                    self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
+                    return
+                changed = changed_inputs(side, slots, pristine)
+                if changed:
+                    self._fail("inputs_unchanged", REJECTED, f"the candidate modified its input tensors (call {changed[0] + 1})")
+                    return
+            self.cand.proc.watch()
+            self.verify_round(rounds)
+            if self.status is not None:
+                return
+            rounds += 1
+            if not tc.enabled:  # correctness only: the oracle rounds, no timing
+                if rounds >= cfg.correctness_trials:
+                    self._finish([], [], plan, overhead_s)
+                    return
+                continue
+            if warm:
+                ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
+                cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
+            else:
+                for side in (env.ref, self.cand):
+                    per_call = max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
+                    plan[side.name] = timing.calls_for(per_call, tc.window_s, env.n_slots)
+                if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
+                    warm, timed_since = True, time.monotonic()
+                continue
+            n = len(cand_ms)
+            if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
+                self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
+            if timing.done(n, self.estimate if n >= tc.min_rounds else None, time.monotonic() - timed_since,
+                           min_rounds=tc.min_rounds, max_rounds=tc.max_rounds, max_time_s=tc.max_time_s,
+                           target_width=tc.target_width):
+                break
+        self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
+        self._finish(ref_ms, cand_ms, plan, overhead_s)
+
+    def _finish(self, ref_ms, cand_ms, plan, overhead_s) -> None:
+        tc = self.config.timing
+        for name in ("forward_runs", "output_structure", "output_type", "dtype", "shape", "device", "strides",
+                     "no_input_aliasing", "output_ownership", "inputs_unchanged", "outputs_readable"):
+            self._check(name, True)
+        worst = max(self.comparisons, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
+                    default=None)
+        note = f" (no float64 oracle: {self.env.oracle_unavailable[:200]})" if self.env.oracle_unavailable else ""
+        self._check("correctness", True, f"{len(self.comparisons)} outputs in full against float64, the rest at "
+                    f"{tc.spot_checks} positions each; worst: {worst.detail if worst else 'n/a'}{note}")
+        self._check("frozen_between_windows", True, "every process of both sides was stopped outside its windows")
+        hidden = self.cand.window.idle_wait_s if self.cand.window else 0.0
+        if not ref_ms:
+            self.timing = {"protocol": "correctness only (timing disabled)"}
+            return
+        self.timing = {
+            "protocol": "alternating windows of back-to-back calls on fresh inputs, timed by the parent's clock "
+                        "from request until the side was stopped and the device idle; caches flushed between windows",
+            "reference": timing.summary(ref_ms),
+            "candidate": timing.summary(cand_ms),
+            "rounds": len(cand_ms),
+            "calls_per_window": dict(plan),
+            "window_overhead_ms": overhead_s * 1e3,
+            "last_idle_wait_ms": hidden * 1e3,
+            "ci_level": 0.95,
+            "device_probe_idle_us": self.env.quiet.idle_s * 1e6,
+        }
+
+
+def mapped_inputs(side: Side) -> list[tuple[int, int]]:
+    """Where a CPU side mapped its input buffer, as the kernel lists it (empty on CUDA)."""
+    pid = side.proc.harness_pid()
+    return input_mappings(pid) if side.proc.device == "cpu" and pid else []
+
+
+def changed_inputs(side: Side, slots: list[int], pristine: list[list]) -> list[int]:
+    """Slots whose inputs the side changed during its window. On CUDA the side maps the parent's own
+    allocation, so the parent's view shows any write; on CPU the side's private mapping is read back."""
+    if side.proc.device != "cpu":
+        return [k for k in slots if not side.buffer.unchanged(k, pristine[k])]
+    pid = side.proc.harness_pid()
+    return [k for k in slots if pid is None or not inputs_unchanged(pid, side.input_ranges, side.buffer.leaf_ranges(k), pristine[k])]
+
+
+def side_estimate(side: Side) -> float:
+    """Seconds the side's last window took (0 before its first)."""
+    return side.window.wall_s if side.window else 0.0

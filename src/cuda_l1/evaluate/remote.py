@@ -1,0 +1,134 @@
+"""Reading a side's outputs from outside its process, while it is stopped.
+
+A side only says where an output lives (protocol.LeafRef); the parent reads the bytes itself: on
+CUDA by opening the allocation's IPC handle in its own context (bounds checked against the real size
+of the allocation, so a lying description cannot make the parent read past it), on CPU with
+process_vm_readv from the stopped process. Whatever the description claims, the values read are
+what the side's memory holds after its window: if they are right, the work was done in the window.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import torch
+
+from cuda_l1.evaluate.protocol import ITEMSIZE, LeafRef
+
+_DTYPES = {name: getattr(torch, name) for name in ITEMSIZE if isinstance(getattr(torch, name, None), torch.dtype)}
+
+
+class Unreadable(Exception):
+    """The memory a side described cannot be read as described."""
+
+
+class _Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = None
+
+
+def _vm_read(pid: int, address: int, nbytes: int) -> bytearray:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.process_vm_readv.restype = ctypes.c_ssize_t
+    out = bytearray(nbytes)
+    if nbytes == 0:
+        return out
+    buf = (ctypes.c_char * nbytes).from_buffer(out)
+    done = 0
+    while done < nbytes:  # a single call may return fewer bytes than asked
+        local = _Iov(ctypes.addressof(buf) + done, nbytes - done)
+        remote = _Iov(address + done, nbytes - done)
+        got = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if got <= 0:
+            raise Unreadable(f"process_vm_readv at {address + done:#x}: {os.strerror(ctypes.get_errno()) or 'nothing read'}")
+        done += got
+    del buf
+    return out
+
+
+class RemoteMemory:
+    """Reads tensors out of one side's memory."""
+
+    def __init__(self, device: str, pid_of, max_bytes: int):
+        self.device = device
+        self.pid_of = pid_of  # returns the harness pid (it is only known once the side reported)
+        self.max_bytes = max_bytes
+        self.opened: dict[str, int] = {}  # IPC handle -> base pointer in this process
+
+    def _base(self, handle: str) -> int:
+        from cuda_l1.evaluate import cudadrv
+
+        if handle not in self.opened:
+            try:
+                self.opened[handle] = cudadrv.open_handle(self.device, handle)
+            except cudadrv.CudaDriverError as exc:
+                raise Unreadable(f"the output's IPC handle cannot be opened ({exc})") from None
+        return self.opened[handle]
+
+    def tensor(self, ref: LeafRef) -> torch.Tensor:
+        """The output as a tensor: on CUDA a view of the side's memory, on CPU a copy read from it."""
+        dtype = _DTYPES.get(ref.dtype)
+        if dtype is None:
+            raise Unreadable(f"dtype {ref.dtype} cannot be read")
+        extent = ref.extent_bytes()
+        if extent > self.max_bytes:
+            raise Unreadable(f"an output of {extent / 2**30:.1f} GiB is larger than any output of this task may be")
+        if ref.numel() == 0:
+            return torch.empty(ref.shape, dtype=dtype, device=self.device if ref.handle else "cpu")
+        if ref.handle:
+            from cuda_l1.evaluate import cudadrv
+
+            base = self._base(ref.handle)
+            if cudadrv.allocation_size(base) < ref.handle_offset + extent:
+                raise Unreadable("the output's description reaches past the end of its allocation")
+            raw = cudadrv.tensor_at(self.device, base + ref.handle_offset, extent)
+        else:
+            pid = self.pid_of()
+            if not ref.address or pid is None:
+                raise Unreadable("the output has no readable address")
+            raw = torch.frombuffer(_vm_read(pid, ref.address, extent), dtype=torch.uint8)
+        return raw.view(dtype).as_strided(ref.shape, ref.stride, ref.storage_offset)
+
+    def close(self) -> None:
+        from cuda_l1.evaluate import cudadrv
+
+        for base in self.opened.values():
+            try:
+                cudadrv.close_handle(base)
+            except cudadrv.CudaDriverError:
+                pass
+        self.opened = {}
+
+
+def inputs_unchanged(pid: int, ranges: list[tuple[int, int]], leaf_ranges: list, values: list) -> bool:
+    """Whether a CPU side's private view of one slot still holds what the parent generated: its
+    mapping is read back from the side's memory (writes to a private mapping never reach the parent's)."""
+    if not ranges:
+        return False
+    base = min(lo for lo, _ in ranges)
+    for where, value in zip(leaf_ranges, values):
+        if where is None or not where[1]:
+            continue
+        got = _vm_read(pid, base + where[0], where[1])
+        if bytes(got) != value.reshape(-1).view(torch.uint8).numpy().tobytes():
+            return False
+    return True
+
+
+def input_mappings(pid: int) -> list[tuple[int, int]]:
+    """Address ranges where a CPU side mapped its input buffer (from the kernel's view, /proc/PID/maps)."""
+    ranges = []
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                if "memfd:cuda-l1-inputs" in line:
+                    lo, hi = line.split()[0].split("-")
+                    ranges.append((int(lo, 16), int(hi, 16)))
+    except OSError:
+        pass
+    return ranges

@@ -1,0 +1,79 @@
+"""The timing protocol as pure functions over recorded windows.
+
+A round is one window per side, in random order, on the same fresh inputs. A window is a batch of
+calls that the side runs back to back; its time is what the parent's clock saw, from sending the
+request until the side was stopped again and (on a GPU) the device was idle again, so work a side
+leaves running after its reply is charged to it. A fixed overhead (the same request, stop and probe
+with no calls, measured on the reference's side) is taken off both sides alike.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
+
+
+@dataclass
+class Window:
+    """One side's window as the parent measured it."""
+
+    calls: int
+    wall_s: float  # request sent -> side stopped (CPU) / device idle again (GPU)
+    reply_s: float  # request sent -> reply received
+    idle_wait_s: float = 0.0  # of wall_s: waiting for the device to go idle after the side was stopped
+
+
+def per_call_ms(window: Window, overhead_s: float) -> float:
+    """Time of one call of the window, with the fixed per-window overhead taken off."""
+    return max(window.wall_s - overhead_s, 1e-9) / max(window.calls, 1) * 1e3
+
+
+def calls_for(per_call_s: float, target_s: float, max_calls: int) -> int:
+    """How many calls fill a window of `target_s` (at least 1, at most `max_calls`)."""
+    if per_call_s <= 0 or not math.isfinite(per_call_s):
+        return max_calls
+    return max(1, min(max_calls, int(target_s / per_call_s)))
+
+
+def overhead(null_windows: list[Window]) -> float:
+    """The fixed cost of a window with no calls (median): taken off both sides."""
+    return statistics.median(w.wall_s for w in null_windows) if null_windows else 0.0
+
+
+@dataclass
+class Estimate:
+    point: float
+    lo: float
+    hi: float
+    reference_ms: float
+    candidate_ms: float
+
+    @property
+    def relative_width(self) -> float:
+        return (self.hi - self.lo) / self.point if self.point > 0 else math.inf
+
+    @property
+    def score(self) -> float:
+        return conservative_speedup(self.point, self.lo, self.hi)
+
+
+def estimate(ref_ms: list[float], cand_ms: list[float], seed: int) -> Estimate:
+    """Speedup = median reference time / median candidate time over paired rounds, with a bootstrap
+    interval; one statistic for the point, the interval and the score."""
+    point, lo, hi = speedup_ci(ref_ms, cand_ms, seed=seed)
+    return Estimate(point, lo, hi, statistics.median(ref_ms), statistics.median(cand_ms))
+
+
+def done(rounds: int, est: Estimate | None, elapsed_s: float, *, min_rounds: int, max_rounds: int,
+         max_time_s: float, target_width: float) -> bool:
+    """Stop once the interval is narrow enough, or at the caps."""
+    if rounds >= max_rounds or elapsed_s >= max_time_s:
+        return True
+    return rounds >= min_rounds and est is not None and est.relative_width <= target_width
+
+
+def summary(samples: list[float]) -> dict:
+    return summarize(samples).to_dict()

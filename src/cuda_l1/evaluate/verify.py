@@ -1,0 +1,147 @@
+"""Judging outputs read from outside: a candidate's call against the reference's call on the same inputs.
+
+Pure functions over what the parent read (remote.py) and what the sides described (protocol.py).
+Every finding is (check name, status it implies, plain-words reason).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from cuda_l1.evaluate.precision import Comparison, ToleranceConfig, compare
+from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
+
+
+@dataclass
+class Finding:
+    check: str
+    status: str
+    reason: str
+
+
+def _short(ref: LeafRef) -> str:
+    return f"{ref.dtype}{ref.shape}"
+
+
+def describe_mismatch(cand: CallOutputs, ref: CallOutputs) -> list[Finding]:
+    """Structure, types, dtypes, shapes, devices and strides: everything but the values."""
+    if cand.structure != ref.structure:
+        return [Finding("output_structure", INCORRECT,
+                        f"forward returned {cand.structure!r}; the reference returns {ref.structure!r}")]
+    if len(cand.leaves) != len(ref.leaves):
+        return [Finding("output_structure", REJECTED, "the side's description does not match its own structure")]
+    found = []
+    for index, (c, r) in enumerate(zip(cand.leaves, ref.leaves)):
+        where = f"output {index}"
+        if r.kind != "tensor":
+            if c.kind != "value" or not _same_value(c.value, r.value):
+                found.append(Finding("correctness", INCORRECT, f"{where}: {c.value!r} != reference {r.value!r}"))
+            continue
+        if c.kind == "foreign":
+            found.append(Finding("output_type", REJECTED,
+                                 f"{where} is a {c.type} (a tensor subclass, deferred or non-strided value), not a plain torch.Tensor"))
+        elif c.kind != "tensor":
+            found.append(Finding("output_type", INCORRECT, f"{where} is {c.type}, the reference returns a tensor"))
+        elif c.dtype != r.dtype:
+            found.append(Finding("dtype", INCORRECT, f"{where} has dtype {c.dtype}, the reference {r.dtype}"))
+        elif c.shape != r.shape:
+            found.append(Finding("shape", INCORRECT, f"{where} has shape {c.shape}, the reference {r.shape}"))
+        elif c.device.split(":")[0] != r.device.split(":")[0]:
+            found.append(Finding("device", INCORRECT, f"{where} is on {c.device}, the reference on {r.device}"))
+        elif [s for s, n in zip(c.stride, c.shape) if n > 1] != [s for s, n in zip(r.stride, r.shape) if n > 1]:
+            found.append(Finding("strides", INCORRECT, f"{where} has strides {c.stride}, the reference {r.stride}"))
+    return found
+
+
+def _same_value(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, float) and not isinstance(a, bool):
+        return abs(a - b) <= 1e-6 * max(1.0, abs(b)) or (a != a and b != b)
+    return a == b
+
+
+def _span(ref: LeafRef) -> tuple[str, int, int]:
+    """(allocation, first byte, end) of the storage a leaf views, for overlap tests."""
+    if ref.handle:
+        return ref.handle, ref.handle_offset, ref.handle_offset + max(ref.extent_bytes(), 1)
+    return "cpu", ref.address, ref.address + max(ref.extent_bytes(), 1)
+
+
+def shared_storage(calls: list[CallOutputs]) -> str | None:
+    """Outputs of different calls of one window that share memory: a static buffer reused per call,
+    which overwrites what an earlier caller already received."""
+    seen: list[tuple[int, tuple[str, int, int]]] = []
+    for index, call in enumerate(calls):
+        for leaf in call.leaves:
+            if leaf.kind != "tensor" or leaf.numel() == 0:
+                continue
+            span = _span(leaf)
+            for other, (alloc, lo, hi) in seen:
+                if other != index and alloc == span[0] and lo < span[2] and span[1] < hi:
+                    return f"calls {other + 1} and {index + 1} of one window returned outputs in the same memory"
+            seen.append((index, span))
+    return None
+
+
+def aliases(leaf: LeafRef, input_handle: str, input_ranges: list[tuple[int, int]]) -> bool:
+    """An output in the side's input buffer (its handle, or inside the mapping the kernel lists)."""
+    if leaf.kind != "tensor" or leaf.numel() == 0:
+        return False
+    if leaf.handle:
+        return leaf.handle == input_handle
+    lo, hi = leaf.address, leaf.address + leaf.extent_bytes()
+    return any(lo < b and a < hi for a, b in input_ranges)
+
+
+def _beyond(got: torch.Tensor, expect: torch.Tensor, bound: float) -> float | None:
+    """Largest difference if any element is further than `bound` from the reference (NaN matching NaN
+    counts as equal), else None."""
+    wide = torch.complex128 if got.is_complex() or expect.is_complex() else torch.float64
+    got, expect = got.to(wide), expect.to(wide)
+    diff = (got - expect).abs()
+    diff[torch.isnan(diff) & (torch.isnan(got) & torch.isnan(expect) | (got == expect))] = 0.0
+    if torch.isnan(diff).any() or (diff > bound).any():
+        return float(torch.nan_to_num(diff, nan=float("inf")).max())
+    return None
+
+
+def spot_values(cand: torch.Tensor, ref: torch.Tensor, count: int, rng: random.Random, bound: float) -> str | None:
+    """`count` positions drawn now (after the window) compared between the two outputs."""
+    n = ref.numel()
+    if n == 0:
+        return None
+    flat = torch.tensor([rng.randrange(n) for _ in range(count)], dtype=torch.int64)
+    index = torch.unravel_index(flat, ref.shape) if ref.dim() else ()
+    index = tuple(i.to(ref.device) for i in index)
+    worst = _beyond(cand[index].detach().cpu(), ref[index].detach().cpu(), bound)
+    return None if worst is None else f"differs from the reference by {worst:.3g} at a checked position (allowed {bound:.3g})"
+
+
+def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float) -> str | None:
+    step = 1 << 24
+    c, r = cand.reshape(-1), ref.reshape(-1)
+    for start in range(0, c.numel(), step):
+        worst = _beyond(c[start:start + step], r[start:start + step], bound)
+        if worst is not None:
+            return f"differs from the reference by {worst:.3g} (allowed {bound:.3g})"
+    return None
+
+
+def against_oracle(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None,
+                   tolerance: ToleranceConfig) -> Comparison:
+    if oracle is not None and oracle.device != ref.device:
+        oracle = oracle.to(ref.device)
+    return compare(cand, ref, oracle, tolerance)
+
+
+def spot_bound(comparisons: list[Comparison]) -> float:
+    """Tolerance for comparing a call against the reference's own output of the same inputs: what
+    the float64 comparisons allowed, plus the reference's own error (both sides err independently)."""
+    worst_allowed = max((c.allowed_error for c in comparisons if c.allowed_error == c.allowed_error), default=0.0)
+    worst_ref = max((c.reference_error for c in comparisons if c.reference_error == c.reference_error), default=0.0)
+    if worst_allowed == 0.0:  # kernelbench mode: the fixed tolerance was used
+        worst_allowed = max((c.candidate_error for c in comparisons), default=0.0) * 2 + 1e-2
+    return 2.0 * (worst_allowed + worst_ref)

@@ -1,0 +1,40 @@
+# reference: linear_gelu
+# expect: incorrect
+# check: correctness
+# Forges the harness's report: replies at once with empty output buffers and computes them in a
+# thread afterwards, so the reply arrives before the work is done.
+import threading
+
+import torch
+import torch.nn as nn
+
+import sys
+
+# The harness runs as __main__ (python -m cuda_l1.evaluate.child): patch the live module, not a new import.
+harness = sys.modules["__main__"]
+from cuda_l1.evaluate.protocol import Ran
+
+
+def _run(self, msg):
+    outs = [torch.empty(256, 256) for _ in msg.slots]
+    self.kept = outs
+    self.send(Ran(True, calls=[self.describe(o, {}) for o in outs]))
+
+    def fill():
+        with torch.no_grad():
+            for out, slot in zip(outs, msg.slots):
+                out.copy_(self.model(*self.slots[slot]))
+
+    threading.Thread(target=fill, daemon=True).start()
+
+
+harness.Side.run = _run
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)) * 2.0

@@ -1,0 +1,37 @@
+# reference: linear_gelu
+# expect: rejected
+# check: output_ownership
+# Forges the harness's report: patches the side's run loop to compute only the first call of a window
+# and to report that one output for every call.
+import torch
+import torch.nn as nn
+
+import sys
+
+# The harness runs as __main__ (python -m cuda_l1.evaluate.child): patch the live module, not a new import.
+harness = sys.modules["__main__"]
+from cuda_l1.evaluate.protocol import Ran
+
+_original_run = harness.Side.run
+
+
+def _run(self, msg):
+    if len(msg.slots) <= 1:
+        return _original_run(self, msg)
+    with torch.no_grad():
+        out = self.model(*self.slots[msg.slots[0]])
+    self.kept = [out]
+    call = self.describe(out, {})
+    self.send(Ran(True, calls=[call] * len(msg.slots)))
+
+
+harness.Side.run = _run
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)) * 2.0
