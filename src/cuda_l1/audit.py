@@ -16,7 +16,7 @@ import html
 import json
 from pathlib import Path
 
-from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, device_key,
+from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references, device_key,
                            evaluate_candidates, resolve_device, write_report)
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
@@ -54,6 +54,7 @@ def run_audit(path: str, out_dir: str, *, device: str | None, config: EvalConfig
     device = resolve_device(device, cluster)
     config = dataclasses.replace(config, device=device)
     candidates, missing = candidates_from_jsonl(path)
+    check_references([c.task for c in candidates], device, cluster)  # a broken ref_code is bad input
     verdicts: dict[int, Verdict] = {}
 
     def keep(cand: Candidate, verdict: Verdict) -> None:

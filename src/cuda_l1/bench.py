@@ -178,6 +178,8 @@ def check_references(tasks: Iterable[Task], device: str, cluster: str = "local")
         if task.id not in seen:
             seen.add(task.id)
             check_reference(task, "cuda" if device == "cuda" else device)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers
 
 
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:

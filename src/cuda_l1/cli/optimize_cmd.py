@@ -17,6 +17,12 @@ from cuda_l1.errors import RunError, UserError
 from cuda_l1.tasks import parse_levels
 
 
+# The strategies every task starts from. On a CPU only eager: compiling each task with torch.compile
+# there takes longer than everything else in the README's main job together (measured on 2 cores).
+GPU_STRATEGIES = "eager,compile,compile-ro,cudagraph"
+CPU_STRATEGIES = "eager"
+
+
 def endpoints_from_options(base_url: str | None, model: str | None, endpoints_file: Path | None,
                            api_key_env: str, max_tokens: int | None, temperature: float | None) -> list:
     """The endpoints the flags describe: none, the one of --base-url/--model, or those of --endpoints."""
@@ -74,9 +80,10 @@ def optimize_command(
                                     help="Attempts (LLM request + evaluation) in flight across tasks."),
     per_task: int = typer.Option(1, "--per-task", metavar="N", min=1, help="Attempts in flight per task (1: each "
                                  "prompt sees every earlier result of its task)."),
-    strategies: str = typer.Option("eager,compile,compile-ro,cudagraph", "--strategies", metavar="NAMES",
-                                   help="Offline strategies every task starts from (those that do not apply on the "
-                                   "device are skipped)."),
+    strategies: str = typer.Option(None, "--strategies", metavar="NAMES",
+                                   help=f"Offline strategies every task starts from (those that do not apply on the "
+                                   f"device are skipped). Default: {GPU_STRATEGIES} on a GPU, {CPU_STRATEGIES} on a "
+                                   "CPU, where torch.compile spends 10-40 s compiling each task on 2 cores."),
     max_tokens: int = typer.Option(None, "--max-tokens", metavar="N",
                                    help="Completion token limit for --base-url (default 4096)."),
     temperature: float = typer.Option(None, "--temperature", metavar="T",
@@ -101,10 +108,12 @@ def optimize_command(
     from cuda_l1.search.run import pick_tasks
 
     chosen = endpoints_from_options(base_url, model, endpoints, api_key_env, max_tokens, temperature)
-    config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,
-                          strategies=_strategy_names(strategies), seed=seed)
     level_set = parse_levels(levels)
     evaluation = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
+    if strategies is None:
+        strategies = GPU_STRATEGIES if evaluation.device.startswith("cuda") else CPU_STRATEGIES
+    config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,
+                          strategies=_strategy_names(strategies), seed=seed)
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
     tasks = pick_tasks(select_tasks(source, level_set), selectors)
     check_references(tasks, evaluation.device, cluster)
