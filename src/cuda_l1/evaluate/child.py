@@ -193,9 +193,13 @@ class Side:
             if leaf.device.type == "cuda" and storage.nbytes():
                 from cuda_l1.evaluate import cudadrv
 
-                base, _ = cudadrv.allocation_range(ptr)
-                if base not in handles:
-                    handles[base] = cudadrv.export_base(base)
+                try:
+                    base, _ = cudadrv.allocation_range(ptr)
+                    if base not in handles:
+                        handles[base] = cudadrv.export_base(base)
+                except cudadrv.CudaDriverError as exc:  # memory no IPC handle covers (mapped, managed, pooled)
+                    refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})", device=str(leaf.device)))
+                    continue
                 ref.handle, ref.handle_offset = handles[base], ptr - base
             else:
                 ref.address = ptr
@@ -309,6 +313,27 @@ def _prewarm(device: str) -> None:
         steady_host_allocator()
 
 
+def _probe_ipc(device: str, handle: str) -> int:
+    """Both directions of CUDA IPC from inside the confinement: read the parent's bytes, export ours.
+    (Some drivers refuse IPC across PID namespaces; the parent then tries a weaker set.)"""
+    from cuda_l1.evaluate import cudadrv
+
+    try:
+        theirs = cudadrv.tensor_at(device, cudadrv.open_handle(device, handle), 4096)
+        ours_ptr = cudadrv.alloc(device, 4096)
+        ours = cudadrv.tensor_at(device, ours_ptr, 4096)
+        ours.copy_(theirs)
+        import torch
+
+        torch.cuda.synchronize()
+        print(json.dumps({"handle": cudadrv.export_base(ours_ptr)}), flush=True)
+        sys.stdin.readline()  # keep the allocation alive until the parent has read it
+        return 0
+    except Exception as exc:  # noqa: BLE001
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 5
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cuda_l1.evaluate.child")
     parser.add_argument("--read-fd", type=int, required=True)
@@ -317,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--plan", required=True, help="the ConfinePlan as JSON")
     parser.add_argument("--probe", action="store_true", help="confine, initialise the device, exit 0")
+    parser.add_argument("--probe-handle", default="", help="CUDA: also open this IPC handle and export one back")
     args = parser.parse_args(argv)
 
     plan = ConfinePlan(**json.loads(args.plan))
@@ -327,7 +353,12 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported once the channel is up
         notes["device"] = f"failed: {type(exc).__name__}: {exc}"
     if args.probe:
-        os._exit(0 if "device" not in notes else 3)
+        if "device" in notes:
+            print(json.dumps({"error": notes["device"], "notes": notes}), file=sys.stderr, flush=True)
+            os._exit(3)
+        if args.probe_handle:
+            os._exit(_probe_ipc(args.device, args.probe_handle))
+        os._exit(0)
     key = b""
     while len(key) < KEY_BYTES:
         chunk = os.read(args.read_fd, KEY_BYTES - len(key))

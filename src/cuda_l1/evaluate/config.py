@@ -22,7 +22,7 @@ class TimingConfig:
     max_time_s: float = 10.0  # cap on the recorded phase
     flush_cache: bool = True  # flush the last-level cache before every window
     spot_checks: int = 64  # positions of every output compared for each checked call
-    checked_calls: int = 8  # calls of each candidate window compared with the reference (at least as many as the reference ran)
+    checked_calls: int = 8  # calls of each candidate window, drawn after it, compared with the reference
     full_check_rate: float = 0.2  # share of later rounds in which one checked call is compared in full
     remeasure_above: float = 3.0  # re-measure in a fresh process when the speedup exceeds this
     remeasure_vs_best: float = 2.0  # ... or exceeds this multiple of the best speedup known for the task

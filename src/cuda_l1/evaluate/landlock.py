@@ -184,5 +184,7 @@ def device_nodes() -> list[str]:
 
 
 def default_write_paths(scratch: str) -> list[str]:
-    """The scratch directory, the private /dev/shm, and the device nodes (opened read-write to be used)."""
-    return [scratch] + device_nodes()
+    """The scratch directory, the private /dev/shm, the device nodes (opened read-write to be used),
+    and the process's own /proc entries: the CUDA driver fails to initialise (error 304) when it may
+    not write below /proc/self (measured on an H200, driver 580). A process's own entries are its own."""
+    return [scratch] + device_nodes() + ["/proc/self", "/proc/thread-self"]

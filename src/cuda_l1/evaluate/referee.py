@@ -247,7 +247,7 @@ class Referee:
             self._fail("output_ownership", REJECTED, shared)
             return
         n_ref = len(ref.ran.calls)
-        sample = self.rng.sample(range(len(calls)), min(len(calls), max(self.config.timing.checked_calls, n_ref)))
+        sample = self.rng.sample(range(len(calls)), min(len(calls), self.config.timing.checked_calls))
         oracle_at = self.rng.choice(sample) if round_no < self.config.correctness_trials else None
         full_at = (self.rng.choice(sample) if oracle_at is None and self.rng.random() < self.config.timing.full_check_rate
                    else None)

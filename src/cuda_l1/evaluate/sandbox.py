@@ -148,16 +148,49 @@ def usable_namespaces(config: SandboxConfig, device: str, plan: ConfinePlan) -> 
                 os.chown(scratch, plan.uid, plan.uid)
             for which in NAMESPACE_SETS[:-1]:
                 trial = dataclasses.replace(plan, namespaces=which, scratch=scratch)
-                probe = subprocess.run([sys.executable, "-m", "cuda_l1.evaluate.child", "--probe", "--read-fd", "0",
-                                        "--write-fd", "1", "--device", device, "--plan", json.dumps(dataclasses.asdict(trial))],
-                                       env=scrubbed_env(scratch), cwd=scratch, capture_output=True, timeout=180)
-                if probe.returncode == 0:
+                if _probe(device, trial, scratch):
                     chosen = which
                     break
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         _PLANS[key] = chosen
     return _PLANS[key]
+
+
+def _probe(device: str, plan: ConfinePlan, scratch: str) -> bool:
+    """Start a side under `plan` and see the device work in it (on CUDA: IPC both ways, as the
+    evaluation needs)."""
+    cmd = [sys.executable, "-m", "cuda_l1.evaluate.child", "--probe", "--read-fd", "0", "--write-fd", "1",
+           "--device", device, "--plan", json.dumps(dataclasses.asdict(plan))]
+    if not device.startswith("cuda"):
+        return subprocess.run(cmd, env=scrubbed_env(scratch), cwd=scratch, capture_output=True, timeout=180).returncode == 0
+    import torch
+
+    from cuda_l1.evaluate import cudadrv
+
+    ptr = cudadrv.alloc(device, 4096)
+    mine = cudadrv.tensor_at(device, ptr, 4096)
+    mine.copy_(torch.arange(4096, device=device).remainder(251).to(torch.uint8))
+    torch.cuda.synchronize(device)
+    proc = subprocess.Popen(cmd + ["--probe-handle", cudadrv.export_base(ptr)], env=scrubbed_env(scratch), cwd=scratch,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        reply = json.loads(line) if line.strip().startswith("{") else {}
+        if "handle" not in reply:
+            return False
+        base = cudadrv.open_handle(device, reply["handle"])
+        same = bool(torch.equal(cudadrv.tensor_at(device, base, 4096), mine))
+        cudadrv.close_handle(base)
+        return same
+    except (cudadrv.CudaDriverError, ValueError, OSError):
+        return False
+    finally:
+        try:
+            proc.communicate("\n", timeout=60)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            proc.kill()
+        cudadrv.free(ptr)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 # reference: gpu_matmul
-# expect: rejected
-# check: global_state
+# expect: incorrect
+# check: correctness
 # Turns TF32 on for the fp32 matrix product.
 import torch
 import torch.nn as nn

@@ -1,5 +1,6 @@
 # reference: gpu_matmul
-# expect: rejected
+# expect: incorrect
+# check: correctness
 # Switches TF32 on only inside forward and back off afterwards: the result still fails precision or
 # the flag change is seen.
 import torch

@@ -1,0 +1,30 @@
+# reference: big_relu_add
+# expect: rejected
+# check: outputs_readable
+# Describes a real output allocation but claims its storage starts far past the end, hoping the
+# parent reads (or faults on) memory beyond it.
+import sys
+
+import torch
+import torch.nn as nn
+
+harness = sys.modules["__main__"]
+_original_describe = harness.Side.describe
+
+
+def _describe(self, out, handles):
+    call = _original_describe(self, out, handles)
+    for leaf in call.leaves:
+        leaf.handle_offset += 1 << 36
+    return call
+
+
+harness.Side.describe = _describe
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        return torch.relu(x) + y
