@@ -25,13 +25,11 @@ from train_helpers import (  # noqa: E402
     BROKEN_ANSWER,
     EXAMPLES,
     GARBAGE_ANSWER,
-    LAYERNORM_ANSWER,
-    LAYERNORM_HACK,
+    REPO,
     correct_answer,
     eager_code,
     example_config,
     hack_answer,
-    steering_kwargs,
     write_config,
 )
 
@@ -424,48 +422,102 @@ def test_sft_stage_keeps_only_verified_samples_trains_and_resumes(tmp_path, tiny
 
 
 # -- stage 2: self-supervised iterative learning --------------------------------------------------------
+def steered(name: str, tmp_path: Path, tiny_model: Path, **changes) -> Path:
+    """The shipped tiny example NAME, as is but for where it reads the model and writes its results."""
+    data = example_config(name, output_dir=str(tmp_path / name), store=str(tmp_path / "history.db"),
+                          model__path=str(tiny_model), **changes)
+    data["steer"]["answers_file"] = str(REPO / data["steer"]["answers_file"])  # relative to the repository root
+    return write_config(tmp_path / f"{name}.json", data)
+
+
 @pytest.mark.slow
-def test_self_improve_rounds_keep_successes_retrain_and_log(tmp_path, tiny_model):
-    extra = tmp_path / "extra.jsonl"
-    extra.write_text(json.dumps({"task": "09_LayerNorm", "text": correct_answer(LAYERNORM)}) + "\n")
-    config = write_config(tmp_path / "si.json", example_config(
-        "self-improve", output_dir=str(tmp_path / "si"), store=str(tmp_path / "history.db"),
-        model__path=str(tiny_model), generation__extra_completions_file=str(extra),
-        # Each round's fine-tuning runs as `PYTHON -m cuda_l1 train sft --train-only ...`, the way
-        # `accelerate launch` runs it on a GPU node.
-        launcher=sys.executable))
+def test_self_improve_example_keeps_successes_retrains_and_logs(tmp_path, tiny_model):
+    """The shipped example (steered sampling) trains in every round, on the round's own successes."""
+    extra = tmp_path / "extra.jsonl"  # an answer from elsewhere, judged with every round's samples
+    extra.write_text(json.dumps({"task": "09_LayerNorm", "text": GARBAGE_ANSWER}) + "\n")
+    config = steered("self-improve", tmp_path, tiny_model, generation__extra_completions_file=str(extra),
+                     # Each round's fine-tuning runs as `PYTHON -m cuda_l1 train sft --train-only ...`, the way
+                     # `accelerate launch` runs it on a GPU node.
+                     launcher=sys.executable)
     assert cli(["train", "self-improve", "--config", str(config)]) == 0
 
-    metrics = [json.loads(line) for line in (tmp_path / "si/metrics.jsonl").read_text().splitlines()]
+    out = tmp_path / "self-improve"
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["round"] for m in metrics] == [1, 2]
     for m in metrics:
-        assert m["count"] == 3  # two samples from the model + the injected answer
-        assert m["correct_rate"] == pytest.approx(1 / 3) and m["successes"] == 1 and m["tasks_solved"] == 1
-        assert m["compile_rate"] >= m["exec_rate"] >= m["correct_rate"]
-        assert m["trained"] and math.isfinite(m["train_loss"])
-    assert metrics[0]["evaluations"] == 1 and metrics[1]["evaluations"] == 0  # round 2 reused the verdict
-    assert metrics[1]["model"] == str(tmp_path / "si/round-1/final")  # round 2 sampled the round-1 model
-    assert (tmp_path / "si/round-2/final/config.json").exists()
-    assert (tmp_path / "si/round-2/adapter/adapter_config.json").exists()  # LoRA, merged into final/
-    assert json.loads((tmp_path / "si/round-2/train-config.json").read_text())["model"]["path"] == metrics[1]["model"]
-    assert {"self_improve/correct_rate", "self_improve/compile_rate"} <= tensorboard_tags(tmp_path / "si/tensorboard")
+        assert m["count"] == 5  # four samples from the model + the extra answer
+        assert m["successes"] >= 1 and m["tasks_solved"] == 1 and m["correct_rate"] == m["successes"] / 5
+        assert 1 > m["parse_rate"] >= m["compile_rate"] >= m["exec_rate"] >= m["correct_rate"]
+        assert m["trained"] and m["train_steps"] >= 1 and math.isfinite(m["train_loss"])
+        assert m["on_policy"] and m["model"] == m["policy"]  # the round sampled the checkpoint it trains
+    rows = [json.loads(line) for line in (out / "round-1/successes.jsonl").read_text().splitlines()]
+    assert len(rows) == metrics[0]["successes"] and all(r["model"] == str(tiny_model) for r in rows)
+    assert metrics[0]["model"] == str(tiny_model)
+    assert metrics[1]["model"] == str(out / "round-1/final")  # round 2 sampled the round-1 model
+    assert metrics[0]["evaluations"] >= 1
+    assert (out / "round-2/final/config.json").exists()
+    assert (out / "round-2/adapter/adapter_config.json").exists()  # LoRA, merged into final/
+    assert json.loads((out / "round-2/train-config.json").read_text())["model"]["path"] == metrics[1]["model"]
+    assert {"self_improve/correct_rate", "self_improve/compile_rate"} <= tensorboard_tags(out / "tensorboard")
     # A rerun finds both rounds done and trains nothing more.
     assert cli(["train", "self-improve", "--config", str(config)]) == 0
-    assert len((tmp_path / "si/metrics.jsonl").read_text().splitlines()) == 2
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_self_improve_refuses_a_fixed_server_unless_off_policy_is_allowed(tmp_path, tiny_model, capsys):
+    endpoints = tmp_path / "endpoints.toml"
+    endpoints.write_text('[[endpoints]]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "fixed-model"\n')
+    config = write_config(tmp_path / "si.json", example_config(
+        "self-improve", output_dir=str(tmp_path / "si"), model__path=str(tiny_model), steer={},
+        generation__backend="server", generation__endpoints=str(endpoints)))
+    assert cli(["train", "self-improve", "--config", str(config)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not on-policy" in err and "allow_off_policy" in err and "server_command" in err
+    assert not (tmp_path / "si").exists()
+
+
+@pytest.mark.slow
+def test_off_policy_rounds_say_which_model_was_sampled(tmp_path, tiny_model):
+    """allow_off_policy: the rounds sample the fixed server, and the metrics name it, not the checkpoint."""
+    with ChatServer(responder=lambda body: Reply(text=correct_answer(LAYERNORM))) as server:
+        endpoints = tmp_path / "endpoints.toml"
+        endpoints.write_text(f'[[endpoints]]\nbase_url = "{server.base_url}"\nmodel = "fixed-model"\n'
+                             "max_retries = 0\n")
+        config = write_config(tmp_path / "si.json", example_config(
+            "self-improve", output_dir=str(tmp_path / "si"), store=str(tmp_path / "history.db"),
+            model__path=str(tiny_model), steer={}, rounds=1, allow_off_policy=True,
+            generation__backend="server", generation__endpoints=str(endpoints), generation__samples_per_task=1))
+        assert cli(["train", "self-improve", "--config", str(config)]) == 0
+        assert len(server.chat_requests()) == 1
+    [m] = [json.loads(line) for line in (tmp_path / "si/metrics.jsonl").read_text().splitlines()]
+    assert m["model"] == "fixed-model" and m["policy"] == str(tiny_model) and m["on_policy"] is False
+    assert m["successes"] == 1 and m["trained"]
 
 
 # -- stage 3: contrastive RL (GRPO) ---------------------------------------------------------------------
-def rl_config(tmp_path: Path, tiny_model: Path, **changes) -> Path:
-    data = example_config("rl", output_dir=str(tmp_path / "rl"), store=str(tmp_path / "history.db"),
-                          model__path=str(tiny_model),
-                          trainer__generation_kwargs=steering_kwargs(tiny_model, [LAYERNORM_ANSWER, LAYERNORM_HACK]),
-                          **changes)
-    return write_config(tmp_path / "rl.json", data)
+def log_history(trainer_dir: Path) -> list[dict]:
+    """TRL's per-step logs (reward, reward_std, grad_norm, kl, ...) from the newest checkpoint."""
+    newest = max(trainer_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return [e for e in json.loads((newest / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+
+
+def tensorboard_steps(folder: Path, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps: list[int] = []
+    for events in folder.rglob("events.out.tfevents*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        if tag in accumulator.Tags().get("scalars", []):
+            steps += [e.step for e in accumulator.Scalars(tag)]
+    return sorted(steps)
 
 
 @pytest.mark.slow
-def test_rl_stage_rewards_from_the_evaluator_logs_and_resumes(tmp_path, tiny_model):
-    config = rl_config(tmp_path, tiny_model)
+def test_rl_example_learns_from_varied_rewards_logs_and_resumes(tmp_path, tiny_model):
+    """The shipped example: each group of four steered samples gets different verdicts from the
+    evaluator, so the rewards vary, GRPO has advantages and takes real gradient steps."""
+    config = steered("rl", tmp_path, tiny_model)
     assert cli(["train", "rl", "--config", str(config)]) == 0
 
     with Store(tmp_path / "history.db") as store:
@@ -481,36 +533,42 @@ def test_rl_stage_rewards_from_the_evaluator_logs_and_resumes(tmp_path, tiny_mod
         first_prompt = store.prompt(min(r["origin_detail"]["prompt_id"] for r in judged))
         assert first_prompt["exemplar_ids"] == [seeded[0]["candidate_id"]]  # step 1: only the seed exists
         assert "Earlier correct versions" in first_prompt["messages"][1]["content"]
-        assert seeded[0]["speedup"] is not None
         assert f"speedup {seeded[0]['speedup']:.2f}x" in first_prompt["messages"][1]["content"]
 
-    steps = [json.loads(line) for line in (tmp_path / "rl/rl_metrics.jsonl").read_text().splitlines()]
-    assert len(steps) == 2
+    out = tmp_path / "rl"
+    steps = [json.loads(line) for line in (out / "rl_metrics.jsonl").read_text().splitlines()]
+    # rl_metrics.jsonl numbers steps as TensorBoard (and TRL's logs) do: from 1.
+    assert [s["step"] for s in steps] == [1, 2] == tensorboard_steps(out / "trainer", "train/cuda_l1/correct_rate")
     verdicts = {r["candidate_id"]: r for r in results}
     for step in steps:
-        assert sum(step["statuses"].values()) == 2 == step["count"] == len(step["samples"])
+        assert sum(step["statuses"].values()) == 4 == step["count"] == len(step["samples"])
         for sample in step["samples"]:
-            # The policy was steered to write the LayerNorm module, with or without a clock patch.
-            assert sample["status"] in ("ok", "rejected")
             assert sample["reward"] == pytest.approx(shape_reward(sample["status"], sample["speedup"]))
             stored = verdicts[sample["candidate_id"]] if not sample["reused"] else None
             if stored is not None:  # judged in this run: the store has the verdict the reward came from
                 assert stored["status"] == sample["status"] and stored["speedup"] == sample["speedup"]
-        assert step["reward_mean"] == pytest.approx(sum(x["reward"] for x in step["samples"]) / 2)
+        assert step["reward_mean"] == pytest.approx(sum(x["reward"] for x in step["samples"]) / 4)
+    logs = log_history(out / "trainer")
+    assert [e["step"] for e in logs] == [1, 2]
+    for entry, step in zip(logs, steps):  # the mechanism at work: rewards differ within the group, so the
+        assert entry["reward_std"] > 0 and entry["grad_norm"] > 0  # advantages are not all zero
+        assert entry["reward"] == pytest.approx(step["reward_mean"])
+    assert {"ok", "rejected", "runtime_error"} <= {s["status"] for step in steps for s in step["samples"]}
     rejected = [r for r in judged if r["status"] == "rejected"]
     assert all("perf_counter" in " ".join(r["reasons"]) for r in rejected)
-    tags = tensorboard_tags(tmp_path / "rl/trainer")
-    assert {"train/reward", "train/kl", "train/clip_ratio/region_mean", "train/cuda_l1/correct_rate",
-            "train/cuda_l1/parse_rate"} <= tags
-    assert (tmp_path / "rl/trainer/checkpoint-2").is_dir() and (tmp_path / "rl/final/config.json").exists()
+    tags = tensorboard_tags(out / "trainer")
+    assert {"train/reward", "train/reward_std", "train/kl", "train/grad_norm", "train/clip_ratio/region_mean",
+            "train/cuda_l1/correct_rate", "train/cuda_l1/parse_rate"} <= tags
+    assert (out / "trainer/checkpoint-2").is_dir() and (out / "final/config.json").exists()
 
     # Resume from the newest checkpoint and train one more step.
     assert cli(["train", "rl", "--config", str(config), "--resume", "--set", "trainer.max_steps=3"]) == 0
-    summary = json.loads((tmp_path / "rl/rl_summary.json").read_text())
+    summary = json.loads((out / "rl_summary.json").read_text())
     assert summary["global_step"] == 3
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert summary["reward_calls"] == 1
-    assert (tmp_path / "rl/trainer/checkpoint-3").is_dir()
+    assert (out / "trainer/checkpoint-3").is_dir()
+    assert [json.loads(line)["step"] for line in (out / "rl_metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
 @pytest.mark.gpu
@@ -524,7 +582,7 @@ def test_rl_gpu_evaluator_metrics(tmp_path, tiny_model):
     data = tomllib.loads((EXAMPLES / "gpu" / "rl-smoke.toml").read_text())
     data.update(output_dir=str(tmp_path / "rl"), store=str(tmp_path / "history.db"))
     data["model"]["path"] = str(tiny_model)
-    data["trainer"]["generation_kwargs"] = steering_kwargs(tiny_model, [LAYERNORM_ANSWER, LAYERNORM_HACK])
+    data["steer"]["answers_file"] = str(REPO / data["steer"]["answers_file"])
     config = write_config(tmp_path / "rl.json", data)
     started = time.time()
     assert cli(["train", "rl", "--config", str(config)]) == 0
@@ -543,12 +601,21 @@ def test_rl_gpu_evaluator_metrics(tmp_path, tiny_model):
         import transformers
 
         Path(out_dir).mkdir(parents=True, exist_ok=True)
+        logs = log_history(tmp_path / "rl" / "trainer")
+        train_s = summary.get("train_runtime_s")
+        judge_s = sum(s["judge_s"] for s in steps)
         record = {
             "test": "test_rl_gpu_evaluator_metrics",
+            "command": "pytest -m gpu tests/test_train.py -k test_rl_gpu_evaluator_metrics",
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "gpu": torch.cuda.get_device_name(0),
             "versions": {"torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__},
             "wall_s": wall,
+            "train_s": train_s,
+            "judge_s": judge_s,  # time the trainer waited for the evaluator (rank 0's reward calls)
+            "judge_share": judge_s / train_s if train_s else None,
+            "per_step": [{k: e.get(k) for k in ("step", "reward", "reward_std", "kl", "grad_norm", "step_time")}
+                         for e in logs],
             "global_step": summary["global_step"],
             "steps": steps,
             "verdicts": [{k: r[k] for k in ("status", "speedup", "device", "origin")} for r in results],

@@ -49,13 +49,20 @@ def example_files() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", example_files(), ids=lambda p: str(p.relative_to(EXAMPLES)))
-def test_every_example_builds_into_the_objects_it_configures(path, gpu_host):
+def test_every_example_builds_into_the_objects_it_configures(path, gpu_host, monkeypatch):
     from trl import GRPOConfig, SFTConfig
 
+    from cuda_l1.train.runtime import select_tasks
+    from cuda_l1.train.steering import read_answers
+
+    monkeypatch.chdir(REPO)  # the examples' relative paths are relative to the repository root
     stage = stage_of(path)
     if stage is not None:
         config = load_config(STAGES[stage], path)
         built = check_stage(stage, config)
+        steer = getattr(config, "steer", None)
+        if steer is not None and steer.enabled:  # its answers name the example's tasks
+            assert read_answers(steer, select_tasks(config.tasks))
         if stage == "sft" and config.phases == "data":
             assert built is None
             return

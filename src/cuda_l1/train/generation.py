@@ -38,6 +38,8 @@ class Sample:
 
 
 class Generator(Protocol):
+    sampled_model: str  # the model the answers really come from (a checkpoint path, or a server's model names)
+
     def generate(self, conversations: list[list[dict]], n: int, on_done=None) -> list[list[Sample]]: ...
 
     def close(self) -> None: ...
@@ -47,7 +49,7 @@ class HFGenerator:
     """transformers generate, one conversation at a time, `batch_size` sequences per call."""
 
     def __init__(self, model_path: str, model_kwargs: dict, *, max_new_tokens: int, temperature: float,
-                 top_p: float, batch_size: int, seed: int = 0, trust_remote_code: bool = False):
+                 top_p: float, batch_size: int, seed: int = 0, trust_remote_code: bool = False, steer=None):
         import torch
 
         from cuda_l1.train.modeling import load_tokenizer
@@ -60,8 +62,12 @@ class HFGenerator:
         if torch.cuda.is_available():
             self.model.to("cuda")
         self.model.eval()
-        self.model_path = model_path
+        self.model_path = self.sampled_model = model_path
         self.settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        if steer is not None:  # (SteerSection, answers): smoke runs of a model that cannot write kernels yet
+            from cuda_l1.train.steering import sequence_bias
+
+            self.settings["sequence_bias"] = sequence_bias(self.tokenizer, steer[1], steer[0])
         self.batch_size = max(1, batch_size)
         self.seed = seed
 
@@ -103,8 +109,9 @@ class HFGenerator:
 class ClientGenerator:
     """Any `complete(messages, n)` client (HTTP endpoints or the offline vLLM engine)."""
 
-    def __init__(self, make_client, on_close=None):
+    def __init__(self, make_client, sampled_model: str, on_close=None):
         self.make_client = make_client  # called inside the event loop: HTTP clients belong to one loop
+        self.sampled_model = sampled_model
         self.on_close = on_close
 
     def generate(self, conversations: list[list[dict]], n: int, on_done=None) -> list[list[Sample]]:
@@ -168,14 +175,15 @@ class ServedModel:
 
 
 def make_generator(section, model_path: str, model_kwargs: dict, seed: int, log_dir: str,
-                   trust_remote_code: bool = False) -> Generator:
-    """The round's sampler for `model_path` (section: a self-improve GenerationSection)."""
+                   trust_remote_code: bool = False, steer=None) -> Generator:
+    """The round's sampler for `model_path` (section: a self-improve GenerationSection; steer:
+    (SteerSection, answers) for the hf backend, see steering.py)."""
     from cuda_l1.llm import EndpointConfig, load_endpoints, make_client
 
     if section.backend == "hf":
         return HFGenerator(model_path, model_kwargs, max_new_tokens=section.max_new_tokens,
                            temperature=section.temperature, top_p=section.top_p, batch_size=section.batch_size,
-                           seed=seed, trust_remote_code=trust_remote_code)
+                           seed=seed, trust_remote_code=trust_remote_code, steer=steer)
     if section.backend == "vllm":
         from cuda_l1.llm.vllm_engine import VLLMEngine
 
@@ -188,14 +196,15 @@ def make_generator(section, model_path: str, model_kwargs: dict, seed: int, log_
             holder.clear()
             free_accelerator_memory()
 
-        return ClientGenerator(lambda: holder["engine"], on_close=release)
+        return ClientGenerator(lambda: holder["engine"], model_path, on_close=release)
     if section.backend == "server":
         sampling = dict(temperature=section.temperature, top_p=section.top_p, max_tokens=section.max_new_tokens)
         if section.server_command:
             served = ServedModel(section.server_command, model_path, section.server_port, section.server_timeout_s,
                                  os.path.join(log_dir, "server.log"))
             config = EndpointConfig(base_url=served.base_url, model=model_path, timeout_s=3600.0, **sampling)
-            return ClientGenerator(lambda: make_client([config], seed=seed), on_close=served.close)
+            return ClientGenerator(lambda: make_client([config], seed=seed), model_path, on_close=served.close)
+        # A server used as is serves whatever it serves, not `model_path` (see off_policy in the config).
         configs = load_endpoints(section.endpoints)
-        return ClientGenerator(lambda: make_client(configs, seed=seed))
+        return ClientGenerator(lambda: make_client(configs, seed=seed), ", ".join(sorted({c.model for c in configs})))
     raise UserError(f"[generation] backend is one of {', '.join(BACKENDS)} (got {section.backend!r}).")

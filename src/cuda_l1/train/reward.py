@@ -25,6 +25,7 @@ GRPO normalises rewards within each group, so what matters is this ordering and 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,11 +104,14 @@ class EvaluatorReward:
     def _score(self, items: list[dict]) -> tuple[list[float], dict]:
         attempts = [Attempt(self.tasks[i["task_id"]], i["text"], i["prompt_id"], model=self.model_name,
                             endpoint="policy", exemplar_ids=list(i["exemplar_ids"] or [])) for i in items]
+        started = time.monotonic()
         outcomes = self.judge.judge(attempts)
+        judge_s = time.monotonic() - started  # training waits this long for the evaluator
         rewards = [shape_reward(o.status, o.speedup, self.config) for o in outcomes]
         stats = rates(outcomes)
         stats["reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
         stats["evaluations"] = self.judge.evaluations
+        stats["judge_s"] = judge_s
         statuses: dict[str, int] = {}
         for o in outcomes:
             statuses[o.status] = statuses.get(o.status, 0) + 1
@@ -126,7 +130,9 @@ class EvaluatorReward:
         payload = None
         if self.collective.is_main:
             rewards, stats = self._score([item for rank_items in per_rank for item in rank_items])
-            step = getattr(trainer_state, "global_step", self.calls)
+            # The optimizer step these completions train (TRL logs their metrics, and TensorBoard
+            # files them, under the step number after the update: 1 for the first).
+            step = getattr(trainer_state, "global_step", self.calls) + 1
             if self.metrics is not None:
                 self.metrics.log(step, {k: v for k, v in stats.items()}, prefix="cuda_l1/")
             payload = (rewards, stats)

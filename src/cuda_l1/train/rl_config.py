@@ -8,6 +8,7 @@ from cuda_l1.errors import UserError
 from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
 from cuda_l1.train.prompts import PromptSection
 from cuda_l1.train.reward import RewardConfig
+from cuda_l1.train.steering import SteerSection
 
 VLLM_MODES = ("off", "colocate", "server")
 
@@ -28,10 +29,14 @@ class RLStageConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)  # verdict -> reward shaping
     eval: EvalSection = field(default_factory=EvalSection)  # the evaluator (the reward); keep it off the training GPUs
     lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
+    steer: SteerSection = field(default_factory=SteerSection)  # smoke runs only: pull sampling towards given answers
     trainer: dict = field(default_factory=dict)  # trl.GRPOConfig fields (num_generations, epsilon, beta, max_steps, ...)
 
     def validate(self) -> None:
         self.reward.validate()
+        self.steer.validate("rl")
+        if self.steer.enabled and self.vllm != "off":
+            raise UserError("[steer] works with transformers generation only (vllm = 'off').")
         self.prompt.sampler()  # raises UserError on a bad sampler setting
         if self.vllm not in VLLM_MODES:
             raise UserError(f"vllm is one of {', '.join(VLLM_MODES)} (got {self.vllm!r}).")

@@ -31,6 +31,7 @@ from cuda_l1.train.modeling import check_model_path, load_tokenizer, lora_config
 from cuda_l1.train.prompts import ContrastivePromptBuilder, base_prompt, share_prompts
 from cuda_l1.train.reward import EvaluatorReward
 from cuda_l1.train.rl_config import RLStageConfig
+from cuda_l1.train.steering import steering_kwargs
 from cuda_l1.train.sft_trainer import resolve_resume
 
 RUN_NAME = "train-rl"
@@ -48,14 +49,17 @@ GRPO_DEFAULTS = {
 }
 
 
-def grpo_args(config: RLStageConfig, output_dir: Path):
-    """trl.GRPOConfig from our defaults, the [trainer] table and the stage's vllm setting."""
+def grpo_args(config: RLStageConfig, output_dir: Path, generation: dict | None = None):
+    """trl.GRPOConfig from our defaults, the [trainer] table, the stage's vllm setting and extra
+    `generation` keyword arguments (steering)."""
     from trl import GRPOConfig
 
     from cuda_l1.train import trainer_args
 
     fixed = {"output_dir": str(output_dir), "seed": config.trainer.get("seed", config.seed),
              "model_init_kwargs": {**model_kwargs(config.model), **config.trainer.get("model_init_kwargs", {})}}
+    if generation:
+        fixed["generation_kwargs"] = {**config.trainer.get("generation_kwargs", {}), **generation}
     if config.vllm != "off":
         if not trainer_args.vllm_installed():
             raise UserError(f"vllm = '{config.vllm}' needs vllm installed (pip install 'cuda-l1[vllm]' on a GPU host); "
@@ -118,9 +122,10 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
     path = check_model_path(config.model)
     tasks = select_tasks(config.tasks)
     by_id = {t.id: t for t in tasks}
+    tokenizer = load_tokenizer(path, "left", config.model.trust_remote_code)
     # The trainer's arguments set up the process group (backend, timeout, DeepSpeed); the collective
     # joins that state, so it must come second.
-    args = grpo_args(config, out / "trainer")
+    args = grpo_args(config, out / "trainer", steering_kwargs(config.steer, tokenizer, tasks))
     collective = collective or AccelerateCollective()
     store = pool = metrics = judge = builder = None
     state_path = out / "rl-state.json"
@@ -148,7 +153,6 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
                 builder.device = judge.device_label  # learnt from the first verdict when nothing was seeded
             return share_prompts(collective, builder, inputs, step)
 
-        tokenizer = load_tokenizer(path, "left", config.model.trust_remote_code)
         trainer = contrastive_trainer_class()(
             model=path, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(dataset_rows(tasks, config)),
             processing_class=tokenizer, peft_config=lora_config(config.lora), prompt_hook=prompt_hook)
@@ -156,7 +160,8 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
         result = trainer.train(resume_from_checkpoint=checkpoint)
         final = save_trained(trainer, config.model, config.lora, tokenizer, out)
         summary = {"output_dir": str(out), "final_model": str(final), "global_step": trainer.state.global_step,
-                   "train_loss": result.training_loss, "resumed_from": checkpoint, "reward_calls": reward.calls}
+                   "train_loss": result.training_loss, "train_runtime_s": (result.metrics or {}).get("train_runtime"),
+                   "resumed_from": checkpoint, "reward_calls": reward.calls}
         if collective.is_main:
             steps = read_metrics(out / "rl_metrics.jsonl")
             summary["last_metrics"] = steps[-1] if steps else {}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from cuda_l1.errors import UserError
 from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
 from cuda_l1.train.generation import BACKENDS
+from cuda_l1.train.steering import SteerSection
 
 
 @dataclass
@@ -28,6 +29,11 @@ class GenerationSection:
     extra_completions_file: str = ""  # JSONL of {"task": selector, "text": answer} judged with every round's samples
 
 
+def off_policy(section: GenerationSection) -> bool:
+    """Whether sampling ignores the round's checkpoint: a server used as is, whatever it serves."""
+    return section.backend == "server" and not section.server_command and section.samples_per_task > 0
+
+
 @dataclass
 class SelfImproveConfig:
     """Stage 2: generate with the current model, keep only verified answers, fine-tune on them, repeat.
@@ -42,12 +48,14 @@ class SelfImproveConfig:
     store: str = ""  # history DB ("" = OUTPUT_DIR/history.db)
     rounds: int = 3  # generate -> evaluate -> fine-tune rounds
     accumulate: bool = False  # train on the successes of every round so far (False: this round's only, on-policy)
+    allow_off_policy: bool = False  # run although the rounds cannot sample the model they train (a fixed server)
     seed: int = 0  # seed of sampling and training (round r uses seed + r)
     launcher: str = ""  # runs each round's training, e.g. "accelerate launch --config_file z3.yaml" ("": in-process)
     tasks: TaskSection = field(default_factory=TaskSection)  # which tasks to sample for
     generation: GenerationSection = field(default_factory=GenerationSection)  # sampling settings
     eval: EvalSection = field(default_factory=EvalSection)  # the evaluator (the 0/1 reward)
     lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
+    steer: SteerSection = field(default_factory=SteerSection)  # smoke runs only: pull sampling towards given answers
     trainer: dict = field(default_factory=dict)  # trl.SFTConfig fields for each round's fine-tuning
 
     def validate(self) -> None:
@@ -60,5 +68,15 @@ class SelfImproveConfig:
             raise UserError("[generation] samples_per_task must be 0 or more; max_new_tokens and batch_size at least 1.")
         if g.backend == "server" and not (g.server_command or g.endpoints):
             raise UserError("[generation] backend 'server' needs server_command or endpoints.")
+        if off_policy(g) and not self.allow_off_policy:
+            raise UserError(
+                f"[generation] backend 'server' without server_command samples the endpoints of {g.endpoints} "
+                "in every round, never the checkpoint this stage has just trained, so the rounds are not "
+                "on-policy (self-improvement trains the model on its own successes). Set server_command to "
+                "serve each round's checkpoint (e.g. \"vllm serve {model} --port {port}\"), use backend 'hf' or "
+                "'vllm', or set allow_off_policy = true to train on that server's successes anyway.")
         if "output_dir" in self.trainer:
             raise UserError("[trainer] output_dir is set by the stage (OUTPUT_DIR/round-N/trainer).")
+        self.steer.validate("self-improve")
+        if self.steer.enabled and g.backend != "hf":
+            raise UserError("[steer] works with [generation] backend 'hf' only.")

@@ -41,7 +41,8 @@ from cuda_l1.train.runtime import (
     select_tasks,
     store_path,
 )
-from cuda_l1.train.self_improve_config import SelfImproveConfig
+from cuda_l1.train.self_improve_config import SelfImproveConfig, off_policy
+from cuda_l1.train.steering import read_answers
 from cuda_l1.train.sft_config import SFTStageConfig
 from cuda_l1.train.sft_trainer import finetune
 
@@ -96,6 +97,7 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
     tasks = select_tasks(config.tasks)
     extra = read_extra_completions(config.generation.extra_completions_file, tasks) \
         if config.generation.extra_completions_file else []
+    steer = (config.steer, read_answers(config.steer, tasks)) if config.steer.enabled else None
     metrics = MetricsLog(out / "metrics.jsonl", out / "tensorboard")
     gen = config.generation
     history = []
@@ -108,16 +110,21 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
                 round_dir = out / f"round-{number}"
                 round_dir.mkdir(parents=True, exist_ok=True)
                 seed = config.seed + round_index
-                run_id = store.start_run(RUN_NAME, {"round": number, "model": model_path,
+                run_id = store.start_run(RUN_NAME, {"round": number, "model": model_path, "off_policy": off_policy(gen),
                                                     "output_dir": str(out.resolve())})
+                if off_policy(gen):
+                    console.print(f"round {number}: sampling {gen.endpoints} as is, not {model_path} "
+                                  "(off-policy: allow_off_policy = true)", highlight=False, markup=False)
                 prompts = [build_prompt(t.source, [], [], gen.gpu_name, task_name=t.name) for t in tasks]
                 prompt_ids = [store.record_prompt(t.id, m, run_id=run_id) for t, m in zip(tasks, prompts)]
+                sampled = ""  # the model the round's samples come from
                 with _progress(console) as progress:
                     samples: list[list] = [[] for _ in tasks]
                     if gen.samples_per_task > 0:
                         bar = progress.add_task(f"round {number}: sampling", total=len(tasks))
                         generator = make_generator(gen, model_path, model_kwargs(config.model), seed, str(round_dir),
-                                                   config.model.trust_remote_code)
+                                                   config.model.trust_remote_code, steer)
+                        sampled = generator.sampled_model
                         try:
                             samples = generator.generate(prompts, gen.samples_per_task,
                                                          on_done=lambda k: progress.advance(bar, k))
@@ -140,7 +147,9 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
                 if config.accumulate:
                     data_path = out / "all-successes.jsonl"
                     append_jsonl(data_path, rows)
-                record = {"round": number, "model": model_path, **rates(outcomes),
+                # "model" names what was sampled; "policy" the checkpoint this round trains.
+                record = {"round": number, "model": sampled or None, "policy": model_path,
+                          "on_policy": not off_policy(gen), **rates(outcomes),
                           "successes": len(rows), "tasks_solved": len({r["task_id"] for r in rows}),
                           "evaluations": judge.evaluations, "trained": False}
                 if read_jsonl(data_path):
