@@ -566,7 +566,72 @@ def test_tasks_option_runs_only_the_named_tasks(tmp_path, capsys):
                 "--no-calibrate", "--out", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert [t["task"].split("/")[-1] for t in result["tasks"]] == ["scale"]
-    names = {n for (n,) in query(out / "history.sqlite", "SELECT t.name FROM verdicts v JOIN tasks t ON t.id = v.task_id")}
+    names = {n for (n,) in query(out / "history.sqlite",
+                                 "SELECT t.name FROM verdicts v JOIN tasks t ON t.id = v.task_id")}
     assert names == {"scale"}
     assert run(["optimize", str(tasks), "--tasks", "nosuch", "--device", "cpu", "--out", str(out)]) == 2
     assert "no task matches 'nosuch'" in capsys.readouterr().err
+
+
+# -- the main job with a model endpoint, on a GPU ---------------------------------------------------
+
+
+def scripted_model(tasks: list) -> Script:
+    """A stand-in for an LLM over the built-in suite: per task, a correct rewrite (the reference under
+    another class name), the same with a clock patch (must be refused), then a reply without code."""
+    from cuda_l1.strategies import STRATEGIES
+
+    replies = {}
+    for task in tasks:
+        honest = STRATEGIES["eager"].generate(task) + "\n_SCRIPTED = 1\n"
+        patched = honest + ("\nimport time as _clock\n_real = _clock.perf_counter\n"
+                            "_clock.perf_counter = lambda: _real() / 100.0\n")
+        replies[task.name] = [answer(honest), answer(patched), CHATTER]
+    return Script(replies)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(3600)
+def test_optimize_builtin_on_the_gpu_against_a_scripted_model(tmp_path):
+    """`cuda-l1 optimize builtin --base-url ... --model ...` on the GPU: every task gets its budget,
+    cheats are refused, a report is written. With $CUDA_L1_RESULTS_DIR set, the run's summary, the
+    command, GPU, versions, date and wall time go to optimize_builtin_gpu.json there."""
+    import torch
+
+    from cuda_l1.tasks import load_builtin
+
+    tasks = load_builtin()
+    script = scripted_model(tasks)
+    out = tmp_path / "run"
+    started = time.monotonic()
+    with ChatServer(responder=script) as server:
+        args = cli("builtin", "--base-url", server.base_url, "--model", MODEL, "--budget", "3",
+                   "--strategies", "eager,compile,cudagraph", "--device", "cuda", "--out", str(out), "--json")
+        done = subprocess.run(args, env=cli_env(), capture_output=True, text=True, timeout=3500)
+    wall = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert all(t["completions"] == 3 for t in result["tasks"]) and len(result["tasks"]) == len(tasks)
+    db = out / "history.sqlite"
+    llm = query(db, "SELECT c.code, v.status FROM verdicts v JOIN candidates c ON c.task_id = v.task_id AND "
+                    "c.id = v.candidate_id WHERE c.origin LIKE '%\"llm\"%'")
+    assert all(status == "rejected" for code, status in llm if "perf_counter" in code)
+    assert sum(status == "ok" for code, status in llm if "perf_counter" not in code) >= len(tasks) * 0.9
+    summary = json.loads((out / "summary.json").read_text())
+    out_dir = os.environ.get("CUDA_L1_RESULTS_DIR")
+    if out_dir:
+        import cuda_l1
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        record = {
+            "test": "test_optimize_builtin_on_the_gpu_against_a_scripted_model",
+            "command": " ".join(args[1:]).replace(server.base_url, "http://127.0.0.1:PORT/v1"),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "gpu": torch.cuda.get_device_name(0),
+            "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_l1": cuda_l1.__version__},
+            "wall_s": wall,
+            "counts": result["counts"],
+            "tasks": result["tasks"],
+            "summary": summary,
+        }
+        (Path(out_dir) / "optimize_builtin_gpu.json").write_text(json.dumps(record, indent=2, default=str))
