@@ -67,6 +67,16 @@ def test_intervals_that_exclude_one_count_even_inside_the_band():
     assert not judge_spread(points[:1] + [point(1.0, (0.99, 1.01))] * 3, 0.05)["too_noisy"]  # 1 of 4
 
 
+def test_many_measurements_outside_the_band_are_too_noisy_even_with_a_quiet_median():
+    # A busy host measured with quick timing: wide intervals (so every score is 1.00), a median near
+    # 1, and yet a third of the identical-code measurements far off.
+    wide = [point(r, (0.5, 1.6)) for r in (1.0, 1.01, 0.99, 1.0, 0.7, 1.2, 0.29)]
+    result = judge_spread(wide, 0.05)
+    assert result["median_deviation"] <= 0.05 and result["n_scored_off"] == 0
+    assert result["too_noisy"] and "3 of 7 identical-code measurements fall outside 1 +- 0.05" in result["reasons"][0]
+    assert not judge_spread(wide[:6], 0.05)["too_noisy"]  # 2 of 6: a third, allowed
+
+
 def test_identical_code_that_fails_is_too_noisy():
     result = judge_spread([point(1.0, (0.99, 1.01)), {"status": "timeout", "raw_speedup": None, "speedup": None}],
                           0.05)

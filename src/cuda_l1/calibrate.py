@@ -5,9 +5,10 @@
 
 The candidate is the `eager` strategy, the reference Model unchanged, so any speedup it gets is noise.
 A set of such verdicts (the few calibration tasks, or a run's own eager candidates) is *too noisy*
-when the median |raw speedup - 1| is outside the band (5% on CPU, 2% on a GPU), or when more than a
-third of them score other than 1.00 (their 95% interval excludes 1: identical code "measured" as
-faster or slower), or when identical code did not even come out ok. Results of such a host are marked
+when the median |raw speedup - 1| is outside the band (5% on CPU, 2% on a GPU), when more than a
+third of the raw speedups fall outside it, when more than a third score other than 1.00 (their 95%
+interval excludes 1: identical code "measured" as faster or slower), or when identical code did not
+even come out ok. Results of such a host are marked
 in summary.json, report.html and on the console, never silently published.
 """
 
@@ -34,7 +35,7 @@ class CalibrationConfig:
     quick: bool = True  # quick timing: the check costs seconds, not minutes
     band_cpu: float = 0.05  # identical code may measure within 1 +- this on a CPU
     band_gpu: float = 0.02  # ... and within 1 +- this on a GPU
-    max_off_fraction: float = 1 / 3  # share of verdicts whose score may differ from 1.00
+    max_off_fraction: float = 1 / 3  # share of verdicts that may fall outside the band, or score other than 1.00
 
 
 def band_for(device: str, config: CalibrationConfig | None = None) -> float:
@@ -72,6 +73,10 @@ def judge_spread(points: Iterable[dict], band: float, max_off_fraction: float = 
     if deviation is not None and deviation > band:
         reasons.append(f"identical code measured a median {100 * deviation:.1f}% away from 1.00 "
                        f"(allowed: {100 * band:g}%)")
+    outside = [r for r in raws if abs(r - 1.0) > band]
+    if raws and len(outside) > max_off_fraction * len(raws):
+        reasons.append(f"{len(outside)} of {len(raws)} identical-code measurements fall outside 1 +- {band:g} "
+                       f"(allowed: {max_off_fraction:.0%})")
     if ok and len(off) > max_off_fraction * len(ok):
         reasons.append(f"{len(off)} of {len(ok)} identical-code intervals exclude 1.00 "
                        f"(allowed: {max_off_fraction:.0%})")
@@ -83,7 +88,7 @@ def judge_spread(points: Iterable[dict], band: float, max_off_fraction: float = 
         "raw_min": min(raws) if raws else None,
         "raw_max": max(raws) if raws else None,
         "median_deviation": deviation,
-        "n_outside_band": sum(abs(r - 1.0) > band for r in raws),
+        "n_outside_band": len(outside),
         "n_scored_off": len(off),
         "too_noisy": bool(reasons),
         "reasons": reasons,
@@ -142,7 +147,7 @@ def eager_spread(rows: Iterable, device: str, config: CalibrationConfig | None =
                "speedup": r.verdict.speedup} for r in rows if r.origin == "eager"]
     if not points:
         return None
-    return {"kind": "eager", "what": "the run's eager candidates (the reference unchanged, full timing)",
+    return {"kind": "eager", "what": "the run's eager candidates (the reference unchanged, timed as the run was)",
             **judge_spread(points, band_for(device, config), config.max_off_fraction)}
 
 

@@ -44,9 +44,10 @@ def print_summary(summary: dict) -> None:
                       _fmt(s.get("geomean")), _fmt(fp.get("1")), _fmt(fp.get("1.5")), _fmt(fp.get("2")))
     console.print(table)
     noise = summary.get("noise") or {}
+    colour = "bold red" if noise.get("too_noisy") else "green"
+    for text in noise.get("verdicts", []):
+        err_console.print(f"[{colour}]{escape(text)}[/]", highlight=False, soft_wrap=True)
     if noise.get("too_noisy"):
-        for text in noise.get("verdicts", []):
-            err_console.print(f"[bold red]{escape(text)}[/]", highlight=False, soft_wrap=True)
         err_console.print("[bold red]these results are marked as measured on a host too noisy to trust.[/]")
 
 

@@ -50,8 +50,8 @@ def _strategy_names(text: str) -> tuple[str, ...]:
 
 def print_tasks(result: dict) -> None:
     table = Table(title="best verified candidate per task (this run)", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("task", "completions", "parse errors", "best", "from"):
-        table.add_column(column, overflow="fold")
+    for column in ("task", "done", "no code", "best", "from"):  # short headers: 80 columns hold the longest task
+        table.add_column(column, no_wrap=column != "from", overflow="fold")
     for t in result["tasks"]:
         best = "-" if t["best_speedup"] is None else f"{t['best_speedup']:.2f}x"
         table.add_row(escape(t["task"]), f"{t['completions']}/{t['budget']}", str(t["parse_errors"]), best,
