@@ -22,8 +22,9 @@ import traceback
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import ConfinePlan, confine_process
-from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, Loaded, MapInputs,
-                                       Mapped, Oracle, Oracled, ProtocolError, Ran, Run, Setup, decode, encode)
+from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, LeafVerdict, Loaded,
+                                       MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
+                                       Verified, Verify, decode, encode)
 
 
 def _traceback(exc: BaseException, filename: str, limit: int = 6000) -> str:
@@ -70,10 +71,13 @@ class Side:
         self.notes = notes
         self.inputs_fd = inputs_fd
         self.slots: list[list] = []
-        self.kept: list = []  # outputs of the last window, alive until the next one starts
+        self.kept: list = []  # outputs of the last window
+        self.kept_previous: list = []  # and of the one before, alive until the next window ends
         self.oracle_kept = None
         self.oracle_model = None
         self.mapping = None
+        self.export = True  # describe CUDA outputs by IPC handle (not the reference's: it verifies itself)
+        self.reader = None  # the reference side's reader of candidate memory (CUDA)
 
     def send(self, message) -> None:
         self.chan.send(encode(message))
@@ -110,6 +114,7 @@ class Side:
         self._install_build_hook()
         self.send(Confined({k: str(v) for k, v in self.notes.items()}))
         self.filename = "reference.py" if setup.role == "reference" else "candidate.py"
+        self.export = not (setup.role == "reference" and self.device.startswith("cuda"))
         reference = load_module(setup.reference_source, "cuda_l1_task_reference", "reference.py")
         before = snapshot()
         try:
@@ -190,7 +195,9 @@ class Side:
             ref = LeafRef("tensor", typename, str(leaf.dtype).replace("torch.", ""), list(leaf.shape),
                           list(leaf.stride()), leaf.storage_offset(), storage.nbytes(), str(leaf.device))
             ptr = storage.data_ptr()
-            if leaf.device.type == "cuda" and storage.nbytes():
+            if leaf.device.type == "cuda" and not self.export:
+                pass  # the reference's own memory is never shared: it compares candidates itself (verify)
+            elif leaf.device.type == "cuda" and storage.nbytes():
                 from cuda_l1.evaluate import cudadrv
 
                 try:
@@ -210,7 +217,9 @@ class Side:
         import torch
 
         try:
-            self.kept = []
+            # The last window's outputs stay alive through this one too, so memory reused from one call
+            # to the next shows up as overlapping outputs even when a window holds a single call.
+            self.kept_previous, self.kept = self.kept, []
             outs = []
             with torch.no_grad():
                 for slot in msg.slots:
@@ -225,30 +234,85 @@ class Side:
             return
         self.send(Ran(True, calls=calls, signals=rebound(self.before) if msg.signals else []))
 
-    def oracle(self, msg: Oracle) -> None:
+    def _oracle_outputs(self, slot: int):
         """The slot's outputs computed in float64, on the device, else on the CPU (reference side only)."""
         import torch
 
         from cuda_l1.evaluate.inputs import to_double
 
-        self.oracle_kept = None
         errors = []
         for device in ([self.device, "cpu"] if self.device != "cpu" else ["cpu"]):
             try:
                 if self.oracle_model is None or self.oracle_model[0] != device:
                     self.oracle_model = (device, copy.deepcopy(self.model).to(device).double())
                 with torch.no_grad():
-                    args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[msg.slot]]
+                    args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
                     out = self.oracle_model[1](*args)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
-                self.oracle_kept = out
-                self.send(Oracled(True, call=self.describe(out, {})))
-                return
+                return out
             except Exception as exc:  # noqa: BLE001 - some operators have no float64 kernel on a device
                 errors.append(f"{device}: {type(exc).__name__}: {exc}")
                 self.oracle_model = None
-        self.send(Oracled(False, "; ".join(errors)[-4000:]))
+        raise RuntimeError("; ".join(errors)[-4000:])
+
+    def oracle(self, msg: Oracle) -> None:
+        self.oracle_kept = None
+        try:
+            self.oracle_kept = self._oracle_outputs(msg.slot)
+        except RuntimeError as exc:
+            self.send(Oracled(False, str(exc)))
+            return
+        self.send(Oracled(True, call=self.describe(self.oracle_kept, {})))
+
+    def verify(self, msg: Verify) -> None:
+        """Compare a candidate's call, read through its IPC handles, with this side's own call on the
+        same inputs (the reference side on CUDA; see protocol.Verify)."""
+        import random
+
+        import torch
+
+        from cuda_l1.evaluate import verify as judge
+        from cuda_l1.evaluate.inputs import flatten_outputs
+        from cuda_l1.evaluate.precision import ToleranceConfig
+        from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
+
+        try:
+            if self.reader is None:
+                self.reader = RemoteMemory(self.device, lambda: None, 1 << 44)
+            _, mine = flatten_outputs(self.kept[msg.ref_index])
+            oracle, note = None, ""
+            if msg.mode == "oracle":
+                try:
+                    _, oracle = flatten_outputs(self._oracle_outputs(msg.slot))
+                except RuntimeError as exc:
+                    note = str(exc)
+            tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
+            rng = random.Random(msg.seed)
+            results = []
+            for index, (leaf, ref) in enumerate(zip(msg.leaves, mine)):
+                if leaf.kind != "tensor" or not isinstance(ref, torch.Tensor):
+                    results.append(LeafVerdict(True))
+                    continue
+                try:
+                    cand = self.reader.tensor(leaf)
+                except Unreadable as exc:
+                    results.append(LeafVerdict(False, unreadable=str(exc)))
+                    continue
+                o = oracle[index] if oracle is not None and isinstance(oracle[index], torch.Tensor) else None
+                results.append(judge.judge_leaf(cand, ref, o, msg.mode, msg.bound if msg.bound >= 0 else None, rng,
+                                                msg.spots, tolerance))
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
+            self.send(Verified(False, f"{type(exc).__name__}: {exc}"))
+            return
+        self.send(Verified(True, leaves=results, oracle_note=note))
+
+    def release(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        self.send(Mapped(True))
 
     def serve(self) -> None:
         while True:
@@ -265,6 +329,10 @@ class Side:
                 self.map_inputs(msg)
             elif isinstance(msg, Oracle):
                 self.oracle(msg)
+            elif isinstance(msg, Verify):
+                self.verify(msg)
+            elif isinstance(msg, Release):
+                self.release()
             elif isinstance(msg, Setup):
                 self.load(msg)
             else:  # Bye

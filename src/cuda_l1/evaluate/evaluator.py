@@ -25,7 +25,7 @@ from cuda_l1.evaluate import static_scan
 from cuda_l1.evaluate.builder import build_cache_dir, default_builder
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
-from cuda_l1.evaluate.protocol import Mapped, Setup
+from cuda_l1.evaluate.protocol import Mapped, Release, Setup
 from cuda_l1.evaluate.quiet import Quiet
 from cuda_l1.evaluate.referee import ReferenceFailure, Referee, Side, load_side, mapped_inputs
 from cuda_l1.evaluate.remote import RemoteMemory
@@ -267,7 +267,8 @@ class Evaluator:
         return verdict
 
     def _settle_reference(self) -> None:
-        """The reference's side ends every evaluation stopped (or is restarted if it is not healthy)."""
+        """The reference's side ends every evaluation stopped, holding nothing of the candidate (or is
+        restarted if it is not healthy)."""
         ref = self.env.ref
         if ref is None:
             return
@@ -275,6 +276,9 @@ class Evaluator:
             self.env.close_reference()
             return
         try:
+            if self.config.device.startswith("cuda"):  # close the candidate's handles it opened
+                ref.proc.thaw()
+                ref.proc.request(Release(), self.config.call_timeout_s, Mapped)
             ref.proc.freeze()
         except ChildFailure:
             self.env.close_reference()

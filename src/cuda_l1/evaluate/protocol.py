@@ -229,6 +229,52 @@ class Oracle:
 
 
 @dataclass
+class Verify:
+    """Parent -> reference side (CUDA): compare a candidate call's outputs, which the reference side
+    reads through the candidate's IPC handles, with its own outputs of the same inputs. The reference's
+    outputs never leave its process: no handle of its memory exists for anyone to guess."""
+
+    ref_index: int  # which call of the reference's last run
+    slot: int  # the input slot of that call (for the float64 oracle)
+    mode: str  # "spots" | "full" | "oracle"
+    bound: float  # allowed difference for spots/full (negative: none known yet, compare against the oracle)
+    seed: int  # positions for spot checks are drawn from this (chosen by the parent after the window)
+    spots: int
+    leaves: list[LeafRef]
+    tolerance: dict  # precision.ToleranceConfig fields
+    op: str = "verify"
+
+
+@dataclass
+class LeafVerdict:
+    """One output leaf compared by the reference side (or by the parent, on CPU)."""
+
+    ok: bool
+    detail: str = ""
+    unreadable: str = ""  # set when the candidate's memory could not be read as described
+    compared: bool = False  # a full float64 comparison was made (the fields below hold its numbers)
+    candidate_error: float = 0.0
+    allowed_error: float = 0.0
+    reference_error: float = 0.0
+
+
+@dataclass
+class Verified:
+    ok: bool
+    message: str = ""
+    leaves: list[LeafVerdict] = field(default_factory=list)
+    oracle_note: str = ""  # why no float64 oracle was available, if none was
+    op: str = "verified"
+
+
+@dataclass
+class Release:
+    """Parent -> reference side: forget everything of the candidate just judged (close its handles)."""
+
+    op: str = "release"
+
+
+@dataclass
 class Bye:
     op: str = "bye"
 
@@ -305,9 +351,10 @@ def encode(message) -> dict:
     return asdict(message)
 
 
-_TO_SIDE = {"setup": Setup, "inputs": MapInputs, "run": Run, "oracle": Oracle, "bye": Bye, "build_reply": BuildReply}
+_TO_SIDE = {"setup": Setup, "inputs": MapInputs, "run": Run, "oracle": Oracle, "bye": Bye, "build_reply": BuildReply,
+            "verify": Verify, "release": Release}
 _FROM_SIDE = {"confined": Confined, "build": BuildRequest, "loaded": Loaded, "mapped": Mapped, "ran": Ran,
-              "oracled": Oracled, "bye": Bye}
+              "oracled": Oracled, "verified": Verified, "bye": Bye}
 
 
 def decode(header: dict, *, from_side: bool):
@@ -404,6 +451,46 @@ def _check_build_reply(h) -> BuildReply:
                       _bool(h.get("cached", False), "cached"), _num(h.get("build_s", 0.0) or 0.0, "build_s"))
 
 
+def _anyfloat(v, name) -> float:
+    if type(v) not in (int, float):
+        raise ProtocolError(f"{name}: expected a number")
+    return float(v)
+
+
+def _check_verify(h) -> Verify:
+    _fields(Verify, h)
+    mode = _str(h.get("mode"), "mode", 10)
+    if mode not in ("spots", "full", "oracle"):
+        raise ProtocolError("verify: unknown mode")
+    tol = h.get("tolerance")
+    if type(tol) is not dict:
+        raise ProtocolError("verify: tolerance must be an object")
+    return Verify(_int(h.get("ref_index"), "ref_index", 0, MAX_CALLS), _int(h.get("slot"), "slot", 0, MAX_CALLS), mode,
+                  _anyfloat(h.get("bound"), "bound"), _int(h.get("seed"), "seed"), _int(h.get("spots"), "spots", 0, 1 << 20),
+                  [LeafRef.check(x) for x in _list(h.get("leaves"), "leaves", MAX_LEAVES)], tol)
+
+
+def _check_verified(h) -> Verified:
+    _fields(Verified, h)
+    leaves = []
+    for d in _list(h.get("leaves", []), "leaves", MAX_LEAVES):
+        if type(d) is not dict:
+            raise ProtocolError("verified: leaf must be an object")
+        _fields(LeafVerdict, d)
+        leaves.append(LeafVerdict(_bool(d.get("ok"), "ok"), _str(d.get("detail", ""), "detail", 2000),
+                                  _str(d.get("unreadable", ""), "unreadable", 2000), _bool(d.get("compared", False), "compared"),
+                                  _anyfloat(d.get("candidate_error", 0.0), "candidate_error"),
+                                  _anyfloat(d.get("allowed_error", 0.0), "allowed_error"),
+                                  _anyfloat(d.get("reference_error", 0.0), "reference_error")))
+    return Verified(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"), leaves,
+                    _str(h.get("oracle_note", ""), "oracle_note", 2000))
+
+
+def _check_release(h) -> Release:
+    _fields(Release, h)
+    return Release()
+
+
 def _check_bye(h) -> Bye:
     _fields(Bye, h)
     return Bye()
@@ -411,4 +498,5 @@ def _check_bye(h) -> Bye:
 
 _CHECKS = {"ran": _check_ran, "oracled": _check_oracled, "confined": _check_confined, "loaded": _check_loaded,
            "build": _check_build, "mapped": _check_mapped, "setup": _check_setup, "inputs": _check_inputs,
-           "run": _check_run, "oracle": _check_oracle, "build_reply": _check_build_reply, "bye": _check_bye}
+           "run": _check_run, "oracle": _check_oracle, "build_reply": _check_build_reply, "bye": _check_bye,
+           "verify": _check_verify, "verified": _check_verified, "release": _check_release}

@@ -10,6 +10,7 @@ timed calls are the same calls: a side cannot tell which of its calls will be lo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import secrets
 import time
@@ -18,7 +19,9 @@ from typing import Callable
 
 from cuda_l1.evaluate import timing, verify
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.protocol import BuildReply, BuildRequest, Confined, Loaded, Mapped, Oracle, Oracled, Ran, Run, Setup
+from cuda_l1.evaluate.precision import Comparison
+from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, LeafVerdict, Loaded, Mapped, Oracle, Oracled,
+                                       Ran, Release, Run, Setup, Verified, Verify)
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable, input_mappings, inputs_unchanged
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import SlotBuffer
@@ -83,6 +86,7 @@ class Referee:
         self.rng = random.Random(secrets.randbits(64))
         self.estimate: timing.Estimate | None = None
         self.cand: Side | None = None
+        self.previous_calls: list = []  # the candidate's previous window (its outputs are still alive)
 
     # -- bookkeeping ------------------------------------------------------------------------------------
     def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
@@ -179,16 +183,7 @@ class Referee:
         return values
 
     # -- verification ---------------------------------------------------------------------------------
-    def _read(self, side: Side, call, index: int) -> list:
-        try:
-            return [side.memory.tensor(leaf) if leaf.kind == "tensor" else None for leaf in call.leaves]
-        except Unreadable as exc:
-            if side.name == "reference":
-                raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
-            self._fail("outputs_readable", REJECTED, f"call {index + 1}: {exc}")
-            return []
-
-    def _compare(self, index: int, cand_call, ref_call, mode: str, round_no: int) -> None:
+    def _compare(self, index: int, cand_call, ref_call, ref_index: int, mode: str, round_no: int) -> None:
         """mode: 'spots', 'full' (against the reference's output) or 'oracle' (float64, in full)."""
         for finding in verify.describe_mismatch(cand_call, ref_call):
             self._fail(finding.check, finding.status, f"call {index + 1} of round {round_no + 1}: {finding.reason}")
@@ -197,29 +192,67 @@ class Referee:
                 self._fail("no_input_aliasing", REJECTED, f"an output of call {index + 1} lies in the candidate's input buffer")
         if self.status is not None:
             return
-        cand_leaves, ref_leaves = self._read(self.cand, cand_call, index), self._read(self.env.ref, ref_call, index)
-        if self.status is not None:
-            return
-        oracle_leaves = self._oracle(index) if mode == "oracle" else None
         bound = verify.spot_bound(self.comparisons) if self.comparisons else None
-        for pos, (c, r, ref_leaf) in enumerate(zip(cand_leaves, ref_leaves, ref_call.leaves)):
+        if self.config.device.startswith("cuda"):
+            results = self._verify_on_reference(cand_call, ref_index, index, mode, bound)
+        else:
+            results = self._verify_here(cand_call, ref_call, index, mode, bound)
+        for pos, (res, ref_leaf) in enumerate(zip(results, ref_call.leaves)):
             if ref_leaf.kind != "tensor":
                 continue
-            where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
-            if mode == "oracle" or bound is None:
-                o = oracle_leaves[pos] if oracle_leaves else None
-                cmp = verify.against_oracle(c, r, o, self.config.tolerance)
-                self.comparisons.append(cmp)
-                if not cmp.ok:
-                    self._fail("correctness", INCORRECT, f"{where}: {cmp.detail}")
-            elif mode == "full":
-                problem = verify.full_values(c, r, bound)
-                if problem:
-                    self._fail("correctness", INCORRECT, f"{where} {problem}")
-            else:
-                problem = verify.spot_values(c, r, self.config.timing.spot_checks, self.rng, bound)
-                if problem:
-                    self._fail("correctness", INCORRECT, f"{where} {problem}")
+            if res.unreadable:
+                self._fail("outputs_readable", REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
+                continue
+            if res.compared:
+                self.comparisons.append(Comparison(res.ok, res.detail, res.candidate_error, res.allowed_error,
+                                                   res.reference_error))
+            if not res.ok:
+                where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
+                self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
+
+    def _verify_here(self, cand_call, ref_call, slot: int, mode: str, bound: float | None) -> list[LeafVerdict]:
+        """CPU: the parent reads both sides' outputs from their memory and compares them itself."""
+        ref_leaves = []
+        for leaf in ref_call.leaves:
+            try:
+                ref_leaves.append(self.env.ref.memory.tensor(leaf) if leaf.kind == "tensor" else None)
+            except Unreadable as exc:
+                raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
+        oracle = self._oracle(slot) if mode == "oracle" else None
+        results = []
+        for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves)):
+            if ref is None or leaf.kind != "tensor":
+                results.append(LeafVerdict(True))
+                continue
+            try:
+                cand = self.cand.memory.tensor(leaf)
+            except Unreadable as exc:
+                results.append(LeafVerdict(False, unreadable=str(exc)))
+                continue
+            o = oracle[pos] if oracle else None
+            results.append(verify.judge_leaf(cand, ref, o, mode, bound, self.rng, self.config.timing.spot_checks,
+                                             self.config.tolerance))
+        return results
+
+    def _verify_on_reference(self, cand_call, ref_index: int, slot: int, mode: str, bound: float | None) -> list[LeafVerdict]:
+        """CUDA: the reference's side reads the candidate's outputs through their IPC handles and compares
+        them with its own, which are never shared (protocol.Verify); positions are drawn here, now."""
+        ref = self.env.ref
+        request = Verify(ref_index, slot, mode, -1.0 if bound is None else bound, self.rng.randrange(1 << 62),
+                         self.config.timing.spot_checks, cand_call.leaves, dataclasses.asdict(self.config.tolerance))
+        ref.proc.thaw()
+        try:
+            reply = ref.proc.request(request, min(self.config.call_timeout_s * 4, self.remaining()), Verified)
+        except ChildFailure as failure:
+            raise ReferenceFailure(f"the reference's side failed while comparing: {failure}") from None
+        finally:
+            if ref.proc.exit_info().reason == "running":
+                ref.proc.freeze()
+        if not reply.ok:
+            raise ReferenceFailure("the reference's side could not compare: " + reply.message)
+        if reply.oracle_note:
+            self.env.oracle_unavailable = reply.oracle_note
+        return reply.leaves
 
     def _oracle(self, slot: int) -> list | None:
         ref = self.env.ref
@@ -242,9 +275,14 @@ class Referee:
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
         calls = cand.ran.calls
-        shared = verify.shared_storage(calls)
+        # The harness keeps the previous window's outputs alive, so nothing of this window may share
+        # their memory either: a static buffer is seen even in windows of one call.
+        shared = verify.shared_storage(calls) or verify.shared_storage(self.previous_calls + calls)
+        self.previous_calls = list(calls)
         if shared:
-            self._fail("output_ownership", REJECTED, shared)
+            self._fail("output_ownership", REJECTED, shared if verify.shared_storage(calls) else
+                       "a call returned an output in the memory of an output of the previous window "
+                       "(outputs reuse a static buffer)")
             return
         n_ref = len(ref.ran.calls)
         sample = self.rng.sample(range(len(calls)), min(len(calls), self.config.timing.checked_calls))
@@ -253,7 +291,7 @@ class Referee:
                    else None)
         mode = {i: "oracle" if i == oracle_at else "full" if i == full_at else "spots" for i in sample}
         for i in sorted(i for i in sample if i < n_ref):
-            self._compare(i, calls[i], ref.ran.calls[i], mode[i], round_no)
+            self._compare(i, calls[i], ref.ran.calls[i], i, mode[i], round_no)
             if self.status is not None:
                 return
         later = sorted(i for i in sample if i >= n_ref)
@@ -267,8 +305,8 @@ class Referee:
             self.env.quiet.wait_idle(self.config.call_timeout_s)
             if not extra.ok:
                 raise ReferenceFailure("the reference's forward raised:\n" + extra.message[-3000:])
-            for slot, ref_call in zip(later, extra.calls):
-                self._compare(slot, calls[slot], ref_call, mode[slot], round_no)
+            for position, (slot, ref_call) in enumerate(zip(later, extra.calls)):
+                self._compare(slot, calls[slot], ref_call, position, mode[slot], round_no)
                 if self.status is not None:
                     return
 

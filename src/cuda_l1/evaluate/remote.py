@@ -83,8 +83,15 @@ class RemoteMemory:
         if ref.handle:
             from cuda_l1.evaluate import cudadrv
 
+            if ref.handle_offset % ITEMSIZE[ref.dtype]:
+                # A misaligned read would fault inside the parent's own CUDA context.
+                raise Unreadable("the output's storage is not aligned for its dtype")
             base = self._base(ref.handle)
-            if cudadrv.allocation_size(base) < ref.handle_offset + extent:
+            try:
+                size = cudadrv.allocation_size(base)
+            except cudadrv.CudaDriverError as exc:
+                raise Unreadable(f"the output's allocation cannot be measured ({exc})") from None
+            if size < ref.handle_offset + extent:
                 raise Unreadable("the output's description reaches past the end of its allocation")
             raw = cudadrv.tensor_at(self.device, base + ref.handle_offset, extent)
         else:

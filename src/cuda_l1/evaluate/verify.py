@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from cuda_l1.evaluate.precision import Comparison, ToleranceConfig, compare
-from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+from cuda_l1.evaluate.protocol import CallOutputs, LeafRef, LeafVerdict
 from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 
 
@@ -145,3 +145,15 @@ def spot_bound(comparisons: list[Comparison]) -> float:
     if worst_allowed == 0.0:  # kernelbench mode: the fixed tolerance was used
         worst_allowed = max((c.candidate_error for c in comparisons), default=0.0) * 2 + 1e-2
     return 2.0 * (worst_allowed + worst_ref)
+
+
+def judge_leaf(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, mode: str, bound: float | None,
+               rng: random.Random, spots: int, tolerance: ToleranceConfig) -> LeafVerdict:
+    """One output leaf: in full against the float64 oracle (mode 'oracle', or while no bound is known
+    yet), in full against the reference ('full'), or at `spots` positions drawn now ('spots')."""
+    if mode == "oracle" or bound is None:
+        cmp = against_oracle(cand, ref, oracle, tolerance)
+        return LeafVerdict(cmp.ok, cmp.detail, compared=True, candidate_error=cmp.candidate_error,
+                           allowed_error=cmp.allowed_error, reference_error=cmp.reference_error)
+    problem = full_values(cand, ref, bound) if mode == "full" else spot_values(cand, ref, spots, rng, bound)
+    return LeafVerdict(problem is None, problem or "")

@@ -1,0 +1,203 @@
+"""The layers of the trust boundary one by one: the typed protocol, the seccomp filter, the whole
+confinement sequence of a side, stopping a process tree, and the pure timing and verification rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cuda_l1.evaluate import protocol, timing, verify
+from cuda_l1.evaluate.confine import ConfinePlan, landlock_abi
+from cuda_l1.evaluate.protocol import CallOutputs, LeafRef, ProtocolError
+from cuda_l1.evaluate.sandbox import SandboxConfig, SideProcess
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux confinement")
+
+
+def _leaf(**kw) -> dict:
+    base = {"kind": "tensor", "type": "torch.Tensor", "dtype": "float32", "shape": [4, 4], "stride": [4, 1],
+            "storage_offset": 0, "nbytes": 64, "device": "cpu", "address": 4096, "handle": "", "handle_offset": 0,
+            "value": None}
+    base.update(kw)
+    return base
+
+
+def _ran(**kw) -> dict:
+    msg = {"op": "ran", "ok": True, "message": "", "calls": [{"structure": "tensor", "leaves": [_leaf()]}], "signals": []}
+    msg.update(kw)
+    return msg
+
+
+# -- protocol --------------------------------------------------------------------------------------
+def test_a_valid_reply_decodes_into_its_dataclass():
+    msg = protocol.decode(_ran(), from_side=True)
+    assert isinstance(msg, protocol.Ran) and msg.calls[0].leaves[0].numel() == 16
+
+
+@pytest.mark.parametrize("bad", [
+    {"ok": "yes"},
+    {"calls": {"0": 1}},
+    {"signals": 7},
+    {"calls": [{"structure": "tensor", "leaves": [_leaf(shape=[4, 4], nbytes=60)]}]},  # view past its storage
+    {"calls": [{"structure": "tensor", "leaves": [_leaf(dtype="object")]}]},
+    {"calls": [{"structure": "tensor", "leaves": [_leaf(handle="zz" * 64)]}]},
+    {"calls": [{"structure": "tensor", "leaves": [_leaf(shape=[-1], stride=[1])]}]},
+    {"calls": [{"structure": "tensor", "leaves": [_leaf(stride=[4])]}]},
+    {"extra_field": 1},
+])
+def test_malformed_replies_raise_protocol_errors(bad):
+    with pytest.raises(ProtocolError):
+        protocol.decode(_ran(**bad), from_side=True)
+
+
+def test_a_side_cannot_send_what_only_the_parent_sends():
+    with pytest.raises(ProtocolError):
+        protocol.decode({"op": "run", "slots": [0]}, from_side=True)
+    with pytest.raises(ProtocolError):
+        protocol.decode(["not", "an", "object"], from_side=True)
+
+
+# -- seccomp and the confinement sequence ----------------------------------------------------------------
+_PROBE = r'''
+import json, os, sys, threading, subprocess
+from cuda_l1.evaluate.confine import ConfinePlan, confine_process, effective_capabilities
+plan = ConfinePlan(**json.loads(sys.argv[1]))
+notes = confine_process(plan)
+out = {"notes": notes, "caps": effective_capabilities(), "uid": os.getuid()}
+def attempt(name, fn):
+    try:
+        fn(); out[name] = "allowed"
+    except OSError as exc:
+        out[name] = exc.errno
+attempt("affinity", lambda: os.sched_setaffinity(0, set(range(os.cpu_count()))))
+attempt("fifo", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1)))
+attempt("nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, -5))
+attempt("write_outside", lambda: open(sys.argv[2], "w").write("x"))
+attempt("write_scratch", lambda: open(os.path.join(plan.scratch, "f"), "w").write("x"))
+attempt("shm_hog", lambda: open("/dev/shm/hog", "wb").write(b"\0" * (plan.shm_bytes + (1 << 20))))
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+out["subprocess"] = subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout.strip()
+print(json.dumps(out))
+'''
+
+
+@linux
+def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_escape(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    outside = tmp_path / "outside.txt"
+    plan = ConfinePlan(scratch=str(scratch), namespaces="pid+net+mnt", shm_bytes=8 << 20)
+    import dataclasses
+
+    proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(dataclasses.asdict(plan)), str(outside)],
+                          capture_output=True, text=True, timeout=120, cwd=str(scratch))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    notes = out["notes"]
+    assert out["caps"] == 0, notes["identity"]
+    assert not notes["seccomp"].startswith("not"), notes
+    for name in ("affinity", "fifo", "nice"):
+        assert out[name] != "allowed", (name, notes)
+    assert out["write_scratch"] == "allowed" and out["subprocess"] == "1"
+    if landlock_abi() >= 1:
+        assert out["write_outside"] != "allowed" and not outside.exists()
+    if not notes.get("namespaces", "").startswith("not") and "mounts" in notes:
+        assert "/dev/shm private" in notes["mounts"]
+        assert out["shm_hog"] != "allowed"  # the private /dev/shm is full before it holds more than its size
+
+
+# -- stopping a side's process tree ----------------------------------------------------------------------
+@linux
+def test_freeze_stops_every_process_of_a_side_and_thaw_lets_it_run(tmp_path):
+    side = SideProcess.start(SandboxConfig(), "cpu", [])
+    try:
+        time.sleep(0.5)
+        pids = side.tree()
+        assert pids
+        side.freeze()
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as fh:
+                assert fh.read().rsplit(")", 1)[1].split()[0] in "tT"
+        ticks = side.cpu_ticks()
+        time.sleep(0.2)
+        assert side.cpu_ticks() <= ticks + 1
+        side.thaw()
+        with open(f"/proc/{pids[0]}/stat") as fh:
+            assert fh.read().rsplit(")", 1)[1].split()[0] not in "tT"
+    finally:
+        side.close(graceful=False)
+
+
+@linux
+def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(tmp_path):
+    side = SideProcess.start(SandboxConfig(), "cpu", [])
+    try:
+        time.sleep(0.5)
+        side.freeze()
+        # Resumed behind the parent's back (the harness itself is idle, so the CPU time it used while
+        # "stopped" is simulated on the parent's record of it).
+        for pid in side.tree():
+            os.kill(pid, signal.SIGCONT)
+        side._frozen_ticks -= 5
+        from cuda_l1.evaluate.sandbox import ChildFailure
+
+        with pytest.raises(ChildFailure):
+            side.thaw()
+    finally:
+        side.close(graceful=False)
+
+
+@linux
+def test_thaw_refuses_a_tree_that_grew_while_stopped(tmp_path):
+    side = SideProcess.start(SandboxConfig(), "cpu", [])
+    stray = None
+    try:
+        time.sleep(0.5)
+        side.freeze()
+        side.frozen.discard(side.tree()[-1])  # one process the freeze did not account for: it "escaped"
+        from cuda_l1.evaluate.sandbox import ChildFailure
+
+        with pytest.raises(ChildFailure):
+            side.thaw()
+    finally:
+        side.close(graceful=False)
+        del stray
+
+
+# -- timing and verification rules ---------------------------------------------------------------------
+def test_windows_are_charged_in_full_minus_the_fixed_overhead():
+    w = timing.Window(calls=10, wall_s=0.0105, reply_s=0.002, idle_wait_s=0.008)
+    assert timing.per_call_ms(w, overhead_s=0.0005) == pytest.approx(1.0)
+    assert timing.calls_for(0.001, 0.02, 256) == 20 and timing.calls_for(1.0, 0.02, 256) == 1
+    assert timing.calls_for(1e-9, 0.02, 64) == 64
+    est = timing.estimate([2.0] * 12, [1.0] * 12, seed=1)
+    assert est.point == pytest.approx(2.0) and est.score == 2.0
+    assert timing.done(12, est, 1.0, min_rounds=12, max_rounds=100, max_time_s=10, target_width=0.02)
+    assert not timing.done(5, None, 1.0, min_rounds=12, max_rounds=100, max_time_s=10, target_width=0.02)
+
+
+def _call(*leaves: dict) -> CallOutputs:
+    return CallOutputs("tensor" if len(leaves) == 1 else {"seq": "tuple", "items": ["tensor"] * len(leaves)},
+                       [LeafRef.check(leaf) for leaf in leaves])
+
+
+def test_outputs_of_one_window_may_not_share_memory():
+    a, b = _call(_leaf(address=4096)), _call(_leaf(address=4096 + 32))
+    assert verify.shared_storage([a, b]) is not None
+    assert verify.shared_storage([a, _call(_leaf(address=8192))]) is None
+
+
+def test_descriptions_are_compared_before_any_value():
+    ref = _call(_leaf())
+    assert verify.describe_mismatch(_call(_leaf(dtype="float16", nbytes=32)), ref)[0].check == "dtype"
+    assert verify.describe_mismatch(_call(_leaf(shape=[16], stride=[1])), ref)[0].check == "shape"
+    assert verify.describe_mismatch(_call({"kind": "foreign", "type": "Deferred"}), ref)[0].status == "rejected"
+    assert verify.describe_mismatch(_call(_leaf(), _leaf(address=9000)), ref)[0].check == "output_structure"
+    assert verify.describe_mismatch(_call(_leaf(address=1 << 20)), ref) == []
+    assert verify.aliases(LeafRef.check(_leaf(address=5000)), "", [(4096, 8192)])
