@@ -19,6 +19,7 @@ from typing import Callable
 
 from cuda_l1.evaluate import timing, verify
 from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, LeafVerdict, Loaded, Mapped, Oracle, Oracled,
                                        Ran, Release, Run, Setup, Verified, Verify)
@@ -313,6 +314,8 @@ class Referee:
     # -- the rounds -----------------------------------------------------------------------------------
     def measure(self) -> None:
         cfg, tc, env = self.config, self.config.timing, self.env
+        self.telemetry = Telemetry(cfg.device)
+        self.telemetry_before = self.telemetry.read()
         overhead_s = self.null_windows()
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
@@ -404,6 +407,9 @@ class Referee:
             "ci_level": 0.95,
             "device_probe_idle_us": self.env.quiet.idle_s * 1e6,
         }
+        after = self.telemetry.read()
+        self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}
+        self.timing["throttled"] = any(t.get("throttled") for t in (self.telemetry_before, after) if t)
 
 
 def mapped_inputs(side: Side) -> list[tuple[int, int]]:
