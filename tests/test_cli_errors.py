@@ -145,3 +145,36 @@ def test_an_endpoint_that_always_fails_stops_the_run_with_exit_1(tmp_path):
     assert "stopped early" in proc.stderr and "bad key" in proc.stderr
     assert "Traceback" not in text
     assert (tmp_path / "run" / "report.html").is_file()  # what was judged is still reported
+
+
+def test_the_timeout_default_in_help_is_the_evaluators():
+    from cuda_l1.cli.options import DEFAULT_TIMEOUT_S
+    from cuda_l1.evaluate.config import EvalConfig
+
+    assert DEFAULT_TIMEOUT_S == EvalConfig().timeout_s
+
+
+LOOPING = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            while True:
+                pass
+''')
+
+
+@pytest.mark.slow
+def test_timeout_bounds_a_candidate_that_never_returns(tmp_path):
+    import json
+    import time
+
+    (tmp_path / "ref.py").write_text(GOOD_TASK)
+    (tmp_path / "loop.py").write_text(LOOPING)
+    started = time.monotonic()
+    proc = cli("eval", "ref.py", "loop.py", "--device", "cpu", "--quick", "--timeout", "15", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["status"] == "timeout"
+    assert verdict["elapsed_s"] < 30 and time.monotonic() - started < 90  # not the 305 s it used to take
