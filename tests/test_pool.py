@@ -30,24 +30,26 @@ SECRET_NAME = "CUDA_L1_POOLTEST_API_KEY"
 SECRET = "pooltest-secret-7d1f0c"
 SLOW_S = 0.5  # per forward call of the slow candidate: long enough to kill its worker mid-job
 
-# Two references. Model.__init__ runs only where the reference is prepared (a trusted worker), and
-# notes "<task> <pid>" in a file, so a test can count preparations per worker.
+# Two references. Their module-level code notes "<task> <pid>" in a file wherever the module is
+# imported and may write: the trusted worker that prepares the task's inputs (the reference's own side
+# and every candidate's side import it too, but are sandboxed and cannot write there), so a test can
+# count preparations per worker.
 SCALE_REF = '''
 import os
 import torch
 import torch.nn as nn
 
 NOTES = {notes!r}
+try:
+    with open(NOTES, "a") as fh:
+        fh.write(f"scale {{os.getpid()}}\\n")
+except OSError:
+    pass
 
 
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        try:
-            with open(NOTES, "a") as fh:
-                fh.write(f"scale {{os.getpid()}}\\n")
-        except OSError:
-            pass
 
     def forward(self, x):
         return torch.relu(x) * 2
@@ -67,17 +69,17 @@ import torch
 import torch.nn as nn
 
 NOTES = {notes!r}
+try:
+    with open(NOTES, "a") as fh:
+        fh.write(f"affine {{os.getpid()}}\\n")
+except OSError:
+    pass
 
 
 class Model(nn.Module):
     def __init__(self, n_in, n_out):
         super().__init__()
         self.linear = nn.Linear(n_in, n_out)
-        try:
-            with open(NOTES, "a") as fh:
-                fh.write(f"affine {{os.getpid()}}\\n")
-        except OSError:
-            pass
 
     def forward(self, x):
         return torch.tanh(self.linear(x))
