@@ -113,38 +113,43 @@ def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_es
 
 
 # -- stopping a side's process tree ----------------------------------------------------------------------
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
 @linux
-def test_freeze_stops_every_process_of_a_side_and_thaw_lets_it_run(tmp_path):
-    side = SideProcess.start(SandboxConfig(), "cpu", [])
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "sigstop"])
+def test_freeze_stops_every_process_of_a_side_and_thaw_lets_it_run(cgroup):
+    side = SideProcess.start(SandboxConfig(cgroup=cgroup), "cpu", [])
     try:
         time.sleep(0.5)
         pids = side.tree()
         assert pids
         side.freeze()
-        for pid in pids:
-            with open(f"/proc/{pid}/stat") as fh:
-                assert fh.read().rsplit(")", 1)[1].split()[0] in "tT"
+        if side.group is not None and side._grouped():
+            assert side.group.frozen() and set(pids) <= set(side.group.pids())
+        else:
+            assert all(_state(pid) in "tT" for pid in pids)
         ticks = side.cpu_ticks()
         time.sleep(0.2)
         assert side.cpu_ticks() <= ticks + 1
         side.thaw()
-        with open(f"/proc/{pids[0]}/stat") as fh:
-            assert fh.read().rsplit(")", 1)[1].split()[0] not in "tT"
+        assert _state(pids[0]) not in "tT" and not (side.group is not None and side.group.frozen())
     finally:
         side.close(graceful=False)
 
 
 @linux
-def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(tmp_path):
-    side = SideProcess.start(SandboxConfig(), "cpu", [])
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "sigstop"])
+def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(cgroup):
+    side = SideProcess.start(SandboxConfig(cgroup=cgroup), "cpu", [])
     try:
         time.sleep(0.5)
         side.freeze()
-        # Resumed behind the parent's back (the harness itself is idle, so the CPU time it used while
-        # "stopped" is simulated on the parent's record of it).
-        for pid in side.tree():
-            os.kill(pid, signal.SIGCONT)
-        side._frozen_ticks -= 5
+        # The harness itself is idle, so the CPU time it "used while stopped" is simulated on the
+        # parent's record of it.
+        side._frozen_ticks -= 5000
         from cuda_l1.evaluate.sandbox import ChildFailure
 
         with pytest.raises(ChildFailure):
@@ -154,9 +159,8 @@ def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(tmp_path):
 
 
 @linux
-def test_thaw_refuses_a_tree_that_grew_while_stopped(tmp_path):
-    side = SideProcess.start(SandboxConfig(), "cpu", [])
-    stray = None
+def test_without_a_cgroup_thaw_refuses_a_tree_that_grew_while_stopped():
+    side = SideProcess.start(SandboxConfig(cgroup=False), "cpu", [])
     try:
         time.sleep(0.5)
         side.freeze()
@@ -167,7 +171,32 @@ def test_thaw_refuses_a_tree_that_grew_while_stopped(tmp_path):
             side.thaw()
     finally:
         side.close(graceful=False)
-        del stray
+
+
+@linux
+def test_a_frozen_cgroup_stops_a_tree_that_forks_without_pause():
+    """The race SIGSTOP has (a child forked while the tree is being listed runs on) does not exist for
+    the cgroup freezer: a shell forking in a loop uses no CPU time once its group is frozen."""
+    from cuda_l1.evaluate.cgroup import SideGroup
+
+    group = SideGroup.create()
+    if group is None:
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    procs = group.procs_file
+    shell = subprocess.Popen(["/bin/sh", "-c", f"echo $$ > {procs}; while true; do /bin/true & done"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(0.3)
+        assert shell.pid in group.pids()
+        assert group.freeze(timeout=5.0)
+        used = group.cpu_usec()
+        time.sleep(0.3)
+        assert group.cpu_usec() - used < 1000
+        group.thaw()
+    finally:
+        group.kill()
+        shell.wait(timeout=10)
+        group.remove()
 
 
 # -- timing and verification rules ---------------------------------------------------------------------

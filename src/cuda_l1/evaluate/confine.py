@@ -14,6 +14,8 @@ In this order, each layer reported back so the verdict says what was enforced on
    and the securebits are locked, so root's owner rights remain only where Landlock allows.
 6. `landlock` (landlock.py): reads below an allow-list, writes in the scratch directory and device nodes.
 7. `seccomp` (seccomp.py): no scheduling, priority or affinity changes, no ptrace, no namespaces.
+0. `cgroup`: the side joins a cgroup of its own before anything else (cgroup.py), so that stopping it
+   between windows is atomic and nothing it starts escapes.
 The parent adds what a process cannot do to itself (sandbox.py): a scrubbed environment, freezing
 between windows, memory and process watchdogs, reading outputs from outside.
 
@@ -73,6 +75,7 @@ class ConfinePlan:
     shm_bytes: int = 64 << 20  # size of the private /dev/shm
     read_paths: list[str] = field(default_factory=list)  # extra readable directories (the build cache)
     limits: dict = field(default_factory=dict)  # cpu_s, file_bytes, open_files, address_space_bytes
+    cgroup_procs: str = ""  # the side's own cgroup (its cgroup.procs file): joined before anything else
 
 
 def die_with_parent() -> None:
@@ -217,6 +220,13 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
     mirrors its exit, holding none of `keep_fds` open."""
     notes: dict[str, str] = {}
     die_with_parent()
+    if plan.cgroup_procs:  # first, so that every process this one ever starts is in the group too
+        try:
+            with open(plan.cgroup_procs, "w") as fh:
+                fh.write(str(os.getpid()))
+            notes["cgroup"] = "own cgroup (frozen atomically between windows)"
+        except OSError as exc:
+            notes["cgroup"] = f"not enforced: {exc.strerror}"
     if plan.cpu_core is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {plan.cpu_core})

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 from cuda_l1.evaluate import protocol
+from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
 from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
 
@@ -76,6 +77,7 @@ class SandboxConfig:
     landlock: bool = True  # filesystem (and TCP, signal) confinement where the kernel allows
     seccomp: bool = True  # refuse scheduling, affinity, ptrace and namespace system calls
     drop_identity: bool = True  # an unprivileged uid where possible, else uid 0 without capabilities
+    cgroup: bool = True  # a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made
     memory_bytes: int = 16 * 2**30  # resident memory of the side's process tree plus its /dev/shm
     shm_bytes: int = 64 * 2**20  # size of the side's private /dev/shm
     max_processes: int = 32  # processes in the side's tree (fork bombs end here)
@@ -208,6 +210,8 @@ class SideProcess:
     notes: dict = field(default_factory=dict)
     frozen: set = field(default_factory=set)
     _frozen_ticks: int = 0
+    group: SideGroup | None = None  # its cgroup (cgroup.py)
+    _in_group: bool = False
 
     @classmethod
     def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None) -> "SideProcess":
@@ -224,6 +228,9 @@ class SideProcess:
                                    "open_files": config.open_files,
                                    "address_space_bytes": config.memory_bytes if device == "cpu" else None})
         plan.namespaces = usable_namespaces(config, device, plan)
+        group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
+        plan.cgroup_procs = group.procs_file if group else ""
+        self.group = group
         fd, self.log_path = tempfile.mkstemp(prefix="cuda-l1-log-", suffix=".txt")
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
@@ -253,6 +260,8 @@ class SideProcess:
         the kernel lists them: children of every thread, recursively."""
         if self.proc is None:
             return []
+        if self._grouped():
+            return self.group.pids()
         out, frontier = [], [self.proc.pid]
         while frontier:
             pid = frontier.pop()
@@ -273,6 +282,14 @@ class SideProcess:
             children = _read(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
             return int(children[0]) if children else None
         return self.proc.pid
+
+    def _grouped(self) -> bool:
+        """Whether the side is in its cgroup (it joins first thing; the parent checks the kernel's list)."""
+        if self.group is None or self.proc is None:
+            return False
+        if not self._in_group:
+            self._in_group = self.proc.pid in self.group.pids()
+        return self._in_group
 
     def cpu_ticks(self, pids: list[int] | None = None) -> int:
         """User + system CPU time of the tree, in clock ticks (threads that ended included)."""
@@ -311,6 +328,13 @@ class SideProcess:
 
     def freeze(self, timeout: float = 2.0) -> None:
         """Stop every process of the tree and wait until each of its threads is stopped."""
+        if self._grouped():
+            if not self.group.freeze(timeout):
+                self.kill("could not be stopped")
+                raise ChildFailure("rejected", "the side could not be stopped between windows")
+            self.frozen = set(self.group.pids()) or {self.proc.pid}
+            self._frozen_ticks = self.group.cpu_usec()
+            return
         for _ in range(50):  # a process that forks while being stopped shows up on the next pass
             new = [p for p in self.tree() if p not in self.frozen]
             if not new:
@@ -338,6 +362,14 @@ class SideProcess:
     def thaw(self) -> None:
         """Let the tree run again, after checking it did not run while stopped."""
         if not self.frozen:
+            return
+        if self._grouped():
+            # 1 ms of slack: the kernel's accounting of the stop itself.
+            if self.group.cpu_usec() > self._frozen_ticks + 1000:
+                self.kill("ran while stopped")
+                raise ChildFailure("rejected", "a process of the side ran while the side was stopped")
+            self.group.thaw()
+            self.frozen = set()
             return
         pids = self.tree()
         if any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
@@ -421,6 +453,8 @@ class SideProcess:
             self.killed_for = why
         if self.proc is None:
             return
+        if self.group is not None:
+            self.group.kill()
         for _ in range(3):
             pids = self.tree()
             for pid in pids:
@@ -458,6 +492,9 @@ class SideProcess:
         if self.inputs_fd >= 0:
             os.close(self.inputs_fd)
             self.inputs_fd = -1
+        if self.group is not None:
+            self.group.remove()
+            self.group = None
         log = self.log_tail()
         try:
             os.unlink(self.log_path)
