@@ -212,22 +212,15 @@ def test_optimize_killed_with_sigkill_leaves_no_worker(tmp_path):
 
 
 # -- bounded memory: a worker keeps few prepared references ------------------------------------------------
-NOTED_TASK = '''
-import os
-
+# Each task's reference runs in a sandboxed side of its own, kept by the task's evaluator (with the
+# reference module and its inputs) between candidates: a worker holding one evaluator per task holds one
+# such process per task it ever judged.
+SMALL_TASK = '''
 import torch
 import torch.nn as nn
 
 
 class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        try:
-            with open({notes!r}, "a") as fh:
-                fh.write("{name} " + str(os.getpid()) + "\\n")
-        except OSError:  # the sandboxed candidate side cannot write here; only the worker notes
-            pass
-
     def forward(self, x):
         return x + {k}
 
@@ -241,29 +234,26 @@ def get_init_inputs():
 '''
 
 
-NOTED_CANDIDATE = '''
-import torch.nn as nn
+def reference_sides(worker: int) -> list[int]:
+    """The sandboxed processes a worker keeps between candidates (its tasks' reference sides)."""
+    return [pid for pid, info in _processes().items() if info["ppid"] == worker and is_sandbox_child(pid)
+            and info["state"] not in ("Z", "X")]
 
 
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return x + {k}
-'''
-
-
-def test_a_worker_keeps_at_most_two_prepared_references(tmp_path):
-    """A worker that judged tasks a, b, c prepares a again: the oldest reference was released."""
-    notes = tmp_path / "prepared.txt"
-    tasks = {name: make_task(NOTED_TASK.format(notes=str(notes), name=name, k=k), name=name, level=1,
-                             origin=f"test:{name}") for k, name in enumerate("abc")}
+def test_a_worker_keeps_at_most_two_prepared_references():
+    """A worker that judged tasks a, b, c holds two references, and prepares a again when it comes back."""
+    tasks = {name: make_task(SMALL_TASK.format(k=k), name=name, level=1, origin=f"test:{name}")
+             for k, name in enumerate("abc")}
     timing = TimingConfig.quick()
     timing.enabled = False
-    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2)
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2, prewarm=False)
+    held = []
     with LocalPool("cpu", config, workers=1) as pool:
-        for name in ("a", "b", "c", "c", "b", "a"):
-            job = EvalJob(tasks[name], NOTED_CANDIDATE.format(k="abc".index(name)))
-            assert pool.submit(job).result(timeout=300).verdict.status == OK
-    prepared = [line.split()[0] for line in notes.read_text().splitlines()]
-    # a, b, c prepared once each; c and b are still held when they come again; a was released when c
-    # came, so it is prepared again. A worker that kept every reference would prepare each task once.
-    assert prepared == ["a", "b", "c", "a"], prepared
+        [worker] = pool.worker_pids()
+        for name in ("a", "b", "c", "c", "a"):
+            source = tasks[name].source.replace("class Model", "class ModelNew")
+            assert pool.submit(EvalJob(tasks[name], source)).result(timeout=300).verdict.status == OK
+            wait_until(lambda: len(reference_sides(worker)) <= 2, 5.0)  # a closed side may take a moment to go
+            held.append(len(reference_sides(worker)))
+    # One evaluator per task ever judged would hold 1, 2, 3, 3, 3 reference processes.
+    assert held == [1, 2, 2, 2, 2], held
