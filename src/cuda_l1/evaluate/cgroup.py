@@ -70,6 +70,11 @@ class SideGroup:
             return None
         parent = os.path.join(mount, _own_path().lstrip("/"))
         _sweep(parent)
+        try:  # memory accounting where the hierarchy offers it (tmpfs and memfd pages are charged too)
+            with open(os.path.join(parent, "cgroup.subtree_control"), "w") as fh:
+                fh.write("+memory")
+        except OSError:
+            pass
         path = os.path.join(parent, f"cuda-l1-{secrets.token_hex(6)}")
         try:
             os.mkdir(path)
@@ -128,6 +133,28 @@ class SideGroup:
             if line.startswith("usage_usec"):
                 return int(line.split()[1])
         return 0
+
+    def memory_bytes(self) -> int | None:
+        """Memory charged to the group (resident, tmpfs, memfd, page cache), if accounted here."""
+        try:
+            return int(self._read("memory.current"))
+        except (OSError, ValueError):
+            return None
+
+    def limit_memory(self, nbytes: int) -> bool:
+        """Let the kernel enforce the limit (the group's processes are killed beyond it)."""
+        try:
+            self._write("memory.max", str(int(nbytes)))
+            return True
+        except OSError:
+            return False
+
+    def oom_killed(self) -> bool:
+        try:
+            return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0
+                       for line in self._read("memory.events").splitlines())
+        except (OSError, ValueError, IndexError):
+            return False
 
     def kill(self) -> None:
         try:

@@ -230,6 +230,8 @@ class SideProcess:
         plan.namespaces = usable_namespaces(config, device, plan)
         group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
         plan.cgroup_procs = group.procs_file if group else ""
+        if group is not None:
+            group.limit_memory(config.memory_bytes + config.shm_bytes)
         self.group = group
         fd, self.log_path = tempfile.mkstemp(prefix="cuda-l1-log-", suffix=".txt")
         p2c_r, p2c_w = os.pipe()
@@ -301,7 +303,12 @@ class SideProcess:
         return total
 
     def memory_bytes(self) -> int:
-        """Resident memory of every process of the tree plus what its private /dev/shm holds."""
+        """Memory the side holds: what its cgroup is charged where that is accounted, otherwise the
+        resident memory of every process of the tree plus what its private /dev/shm holds."""
+        if self._grouped():
+            charged = self.group.memory_bytes()
+            if charged is not None:
+                return charged
         total = 0
         for pid in self.tree():
             for line in _read(f"/proc/{pid}/status").splitlines():
@@ -426,6 +433,8 @@ class SideProcess:
     # -- ending -----------------------------------------------------------------------------------
     def _death_message(self) -> str:
         info = self.exit_info(wait=2.0)
+        if self.group is not None and self.group.oom_killed():
+            return f"the side used more than {self.config.memory_bytes / 2**30:.1f} GiB of memory (killed at the limit)"
         if info.signal:
             name = signal.Signals(info.signal).name if info.signal in signal.Signals._value2member_map_ else str(info.signal)
             return f"the side's process died with signal {name}"
