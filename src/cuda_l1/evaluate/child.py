@@ -18,7 +18,6 @@ import mmap
 import os
 import sys
 import time
-import traceback
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import ConfinePlan, confine_process
@@ -27,12 +26,11 @@ from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Co
                                        Verified, Verify, decode, encode)
 
 
-def _traceback(exc: BaseException, filename: str, limit: int = 6000) -> str:
+def _traceback(exc: BaseException, filename: str) -> str:
     """The module's own frames, named by its file (harness and library frames are left out)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
-    head = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) if frames else ""
-    text = head + "".join(traceback.format_exception_only(type(exc), exc))
-    return text[-limit:]
+    from cuda_l1.tasks.runtime import candidate_traceback
+
+    return candidate_traceback(exc, filename)
 
 
 def _plain(value):
@@ -113,9 +111,11 @@ class Side:
         torch.set_float32_matmul_precision("highest")
         self._install_build_hook()
         self.send(Confined({k: str(v) for k, v in self.notes.items()}))
-        self.filename = "reference.py" if setup.role == "reference" else "candidate.py"
+        from cuda_l1.tasks.runtime import CANDIDATE_FILENAME, REFERENCE_FILENAME
+
+        self.filename = REFERENCE_FILENAME if setup.role == "reference" else CANDIDATE_FILENAME
         self.export = not (setup.role == "reference" and self.device.startswith("cuda"))
-        reference = load_module(setup.reference_source, "cuda_l1_task_reference", "reference.py")
+        reference = load_module(setup.reference_source, "cuda_l1_task_reference", REFERENCE_FILENAME)
         before = snapshot()
         try:
             module = reference if setup.role == "reference" else load_module(

@@ -22,7 +22,7 @@ from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, LeafVerdict, Loaded, Mapped, Oracle, Oracled,
-                                       Ran, Release, Run, Setup, Verified, Verify)
+                                       Ran, Run, Setup, Verified, Verify)
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable, input_mappings, inputs_unchanged
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import SlotBuffer
