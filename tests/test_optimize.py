@@ -174,12 +174,7 @@ class Script:
 
 
 def quick_config() -> EvalConfig:
-    timing = TimingConfig.quick()
-    # On a busy CPU host the parent's round trip can exceed the child's reported time by several ms
-    # on every call, and the timing-consistency check would then reject honest candidates. These tests
-    # do not exercise that check, so a wide allowance keeps the scripted verdicts independent of load.
-    timing.consistency_slack_ms = 50.0
-    return EvalConfig(device="cpu", timing=timing)
+    return EvalConfig(device="cpu", timing=TimingConfig.quick())
 
 
 def endpoint(server: ChatServer, **settings) -> EndpointConfig:
@@ -578,14 +573,16 @@ def test_tasks_option_runs_only_the_named_tasks(tmp_path, capsys):
 
 def scripted_model(tasks: list) -> Script:
     """A stand-in for an LLM over the built-in suite: per task, a correct rewrite (the reference under
-    another class name), the same with a clock patch (must be refused), then a reply without code."""
+    another class name), the same overwriting its input once done (must be refused), then a reply
+    without code."""
     from cuda_l1.strategies import STRATEGIES
 
     replies = {}
     for task in tasks:
-        honest = STRATEGIES["eager"].generate(task) + "\n_SCRIPTED = 1\n"
-        patched = honest + ("\nimport time as _clock\n_real = _clock.perf_counter\n"
-                            "_clock.perf_counter = lambda: _real() / 100.0\n")
+        honest = STRATEGIES["eager"].generate(task).rstrip() + "\n\n_SCRIPTED = 1\n"
+        patched = STRATEGIES["eager"].generate(task).rstrip() + (
+            "\n\n    def forward(self, *args):\n        out = super().forward(*args)\n        args[0].zero_()\n"
+            "        return out\n")
         replies[task.name] = [answer(honest), answer(patched), CHATTER]
     return Script(replies)
 
@@ -615,8 +612,8 @@ def test_optimize_builtin_on_the_gpu_against_a_scripted_model(tmp_path):
     db = out / "history.sqlite"
     llm = query(db, "SELECT c.code, v.status FROM verdicts v JOIN candidates c ON c.task_id = v.task_id AND "
                     "c.id = v.candidate_id WHERE c.origin LIKE '%\"llm\"%'")
-    assert all(status == "rejected" for code, status in llm if "perf_counter" in code)
-    assert sum(status == "ok" for code, status in llm if "perf_counter" not in code) >= len(tasks) * 0.9
+    assert all(status == "rejected" for code, status in llm if "zero_()" in code)
+    assert sum(status == "ok" for code, status in llm if "zero_()" not in code) >= len(tasks) * 0.9
     summary = json.loads((out / "summary.json").read_text())
     out_dir = os.environ.get("CUDA_L1_RESULTS_DIR")
     if out_dir:

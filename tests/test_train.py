@@ -46,26 +46,6 @@ from cuda_l1.train.reward import RewardConfig, shape_reward  # noqa: E402
 LAYERNORM, SUMOVERDIM = load_tasks("builtin", levels={1}, ids=["09_LayerNorm", "07_SumOverDim"])
 
 
-@pytest.fixture(autouse=True)
-def load_tolerant_timing(monkeypatch):
-    """Stages judge with a wide timing-consistency allowance.
-
-    That check compares the parent's round trip with the child's reported time, and on a busy CPU host
-    every round trip can grow by several ms, which would turn the expected "ok" of an honest candidate
-    into "rejected". No test here relies on that check (the timing hack is caught as global_state).
-    """
-    from cuda_l1.train import runtime
-
-    real = runtime.eval_config
-
-    def eval_config(section):
-        config = real(section)
-        config.timing.consistency_slack_ms = max(config.timing.consistency_slack_ms, 50.0)
-        return config
-
-    monkeypatch.setattr(runtime, "eval_config", eval_config)
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "model"
@@ -555,7 +535,7 @@ def test_rl_example_learns_from_varied_rewards_logs_and_resumes(tmp_path, tiny_m
         assert entry["reward"] == pytest.approx(step["reward_mean"])
     assert {"ok", "rejected", "runtime_error"} <= {s["status"] for step in steps for s in step["samples"]}
     rejected = [r for r in judged if r["status"] == "rejected"]
-    assert all("perf_counter" in " ".join(r["reasons"]) for r in rejected)
+    assert rejected and all("modified its input" in " ".join(r["reasons"]) for r in rejected)
     tags = tensorboard_tags(out / "trainer")
     assert {"train/reward", "train/reward_std", "train/kl", "train/grad_norm", "train/clip_ratio/region_mean",
             "train/cuda_l1/correct_rate", "train/cuda_l1/parse_rate"} <= tags

@@ -44,10 +44,15 @@ def correct_answer(task: Task) -> str:
 
 
 def hack_answer(task: Task) -> str:
-    """Correct outputs, but it slows the harness's clock: the evaluator must reject it."""
-    patched = eager_code(task).rstrip() + (
-        "\n\nimport time as _clock\n_real = _clock.perf_counter\n_clock.perf_counter = lambda: _real() / 100.0\n")
-    return f"Faster timing ahead.\n\n```python\n{patched}```"
+    """Correct outputs, but it overwrites its input once done: the evaluator must refuse it."""
+    return f"Freeing the input early saves memory.\n\n```python\n{hack_code(task)}```"
+
+
+def hack_code(task: Task) -> str:
+    """The reference (as ModelNew), zeroing its first input after computing the output."""
+    return eager_code(task).rstrip() + (
+        "\n\n    def forward(self, *args):\n        out = super().forward(*args)\n        args[0].zero_()\n"
+        "        return out\n")
 
 
 def example_config(name: str, **changes) -> dict:

@@ -2,11 +2,12 @@
 answers, so that smoke runs and examples exercise the whole mechanism, not only its failure paths.
 
 Sampling stays the policy's own `generate`: a logit bonus (transformers' `sequence_bias`) is added
-to the next token of an answer whenever the tokens before it match that answer. Where answers share
-a beginning and then part (a correct module, the same module with a clock patch), or an answer
-repeats a context, every continuation gets the bonus, so samples differ from one another: some are
-correct, some are refused, some fail, some do not parse. The evaluator judges them like any other
-candidate, and training updates the policy on them with a real gradient.
+to the next token of an answer whenever the tokens before it match that answer. Answers that begin
+differently compete at the first token, so the samples of one prompt differ from one another: some
+correct, some refused, some failing. With the default context (the whole answer so far) a sample
+then follows the answer it began; a short context lets samples cross between answers wherever they
+share `context` tokens of text. The evaluator judges the samples like any other candidate, and
+training updates the policy on them with a real gradient.
 
 It is a smoke-run device, never for a real run: the samples come from the biased distribution, not
 from the policy being trained, and the bonus ignores the prompt (an answer to one task may be
@@ -26,7 +27,7 @@ class SteerSection:
 
     answers_file: str = ""  # JSONL of {"task": selector, "text": answer} that sampling is pulled towards ("": off)
     bias: float = 30.0  # logit bonus for the next token of an answer (random weights give logits near 0)
-    context: int = 16  # tokens before it that must match (longer: fewer mixed-up answers)
+    context: int = 1024  # tokens before it that must match (1024: the whole answer so far: no crossing)
 
     @property
     def enabled(self) -> bool:
