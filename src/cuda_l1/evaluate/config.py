@@ -56,5 +56,10 @@ class EvalConfig:
     input_memory_bytes: int | None = None  # budget for the input slots of both sides (default: a quarter of the device)
 
     def config_key(self) -> str:
-        """What makes two verdicts comparable: tolerance mode and the main protocol knobs."""
-        return f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}|trials={self.correctness_trials}"
+        """What makes two verdicts comparable: the precision policy and how long and how finely the
+        timing protocol measures (so speedups measured with quick timing never mix with full ones)."""
+        tc = self.timing
+        timing = ("off" if not tc.enabled else
+                  f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}")
+        return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
+                f"|trials={self.correctness_trials}|timing={timing}")
