@@ -107,8 +107,9 @@ def test_cpu_corpus(name, tmp_path, monkeypatch, listener):
             assert verdict.raw_speedup <= case.bounds["speedup_at_most"], summary
     else:
         assert verdict.speedup is None and verdict.reasons, summary
-    # No verdict field may carry a credential, whatever the candidate printed.
+    # No verdict field may carry a credential, whatever the candidate printed, nor a terminal escape.
     assert "sk-test-" not in verdict.to_json()
+    assert "\x1b" not in " ".join(verdict.reasons + [c.detail for c in verdict.checks] + [verdict.log])
     if case.name == "write_outside":
         assert not (tmp_path / "escaped.txt").exists()
     if case.name == "network_access":

@@ -135,8 +135,8 @@ class Channel:
         self._recv_seq += 1
         try:
             header = json.loads(head)
-        except ValueError:
-            raise ChannelError("frame header is not JSON") from None
+        except (ValueError, RecursionError):
+            raise ChannelError("frame header is not JSON (or nested too deeply)") from None
         if not isinstance(header, dict):
             raise ChannelError("frame header is not an object")
         return Message(header, blobs)

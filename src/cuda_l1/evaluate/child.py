@@ -295,7 +295,7 @@ class Side:
                     results.append(LeafVerdict(True))
                     continue
                 try:
-                    cand = self.reader.tensor(leaf)
+                    cand = self.reader.tensor(leaf, limit=2 * ref.numel() * ref.element_size() + (1 << 20))
                 except Unreadable as exc:
                     results.append(LeafVerdict(False, unreadable=str(exc)))
                     continue

@@ -31,7 +31,7 @@ from cuda_l1.evaluate.referee import ReferenceFailure, Referee, Side, load_side,
 from cuda_l1.evaluate.remote import RemoteMemory
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
-from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict
+from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict, clean_text
 from cuda_l1.tasks import Task, source_id
 from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module
 
@@ -245,7 +245,10 @@ class Evaluator:
             self._settle_reference()
         checks = list(referee.checks.values())
         checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
-        verdict.checks, verdict.reasons, verdict.log, verdict.sandbox = checks, referee.reasons, log, dict(cand.notes)
+        # Reasons, details and the log may carry text the candidate wrote (exception messages, prints).
+        verdict.checks = [dataclasses.replace(c, detail=clean_text(c.detail)) for c in checks]
+        verdict.reasons, verdict.log = [clean_text(r) for r in referee.reasons], clean_text(log)
+        verdict.sandbox = dict(cand.notes)
         if referee.builds:
             verdict.timing["builds"] = referee.builds
         if referee.status is not None:

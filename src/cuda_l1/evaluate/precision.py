@@ -44,7 +44,10 @@ def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def _specials(t: torch.Tensor) -> torch.Tensor:
-    """0 finite, 1 NaN, 2 +inf, 3 -inf: one code per element, so two patterns compare with torch.equal."""
+    """0 finite, 1 NaN, 2 +inf, 3 -inf per element (for complex values, of both parts: 4x real + imag),
+    so two patterns compare with torch.equal."""
+    if t.is_complex():
+        return 4 * _specials(t.real) + _specials(t.imag)
     return torch.isnan(t).to(torch.int8) + 2 * torch.isposinf(t).to(torch.int8) + 3 * torch.isneginf(t).to(torch.int8)
 
 
@@ -66,8 +69,8 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
         c = c_all[start:start + _CHUNK].to(wide)
         r = r_all[start:start + _CHUNK].to(wide)
         if not use_oracle:
-            sc = _specials(c.real if c.is_complex() else c)
-            if not torch.equal(sc, _specials(r.real if r.is_complex() else r)):
+            sc = _specials(c)
+            if not torch.equal(sc, _specials(r)):
                 specials_ok = False
                 break
             finite = torch.isfinite(c) & torch.isfinite(r)
@@ -77,9 +80,8 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
                 cand_err = max(cand_err, (cf - rf).abs().max().item())
             continue
         o = o_all[start:start + _CHUNK].to(wide)
-        sc = _specials(c.real if c.is_complex() else c)
-        if not (torch.equal(sc, _specials(o.real if o.is_complex() else o))
-                or torch.equal(sc, _specials(r.real if r.is_complex() else r))):
+        sc = _specials(c)
+        if not (torch.equal(sc, _specials(o)) or torch.equal(sc, _specials(r))):
             specials_ok, bad_specials = False, bad_specials + int((~torch.isfinite(c)).sum())
             break
         finite = torch.isfinite(c) & torch.isfinite(o) & torch.isfinite(r)

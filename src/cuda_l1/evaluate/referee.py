@@ -226,7 +226,8 @@ class Referee:
                 results.append(LeafVerdict(True))
                 continue
             try:
-                cand = self.cand.memory.tensor(leaf)
+                # Never more than twice what the reference's output of the same call spans.
+                cand = self.cand.memory.tensor(leaf, limit=2 * verify.span_bytes(ref_call.leaves[pos]) + (1 << 20))
             except Unreadable as exc:
                 results.append(LeafVerdict(False, unreadable=str(exc)))
                 continue
@@ -332,7 +333,11 @@ class Referee:
                 slots = list(range(plan[side.name]))
                 if side is env.ref:
                     self._reference_window(slots, timeout)
-                    if changed_inputs(env.ref, slots, pristine):
+                    try:
+                        ref_changed = changed_inputs(env.ref, slots, pristine)
+                    except Unreadable as exc:
+                        raise ReferenceFailure(f"the reference's inputs could not be read back: {exc}") from None
+                    if ref_changed:
                         raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
                     continue
                 self._window(side, slots, timeout, signals)
@@ -346,7 +351,11 @@ class Referee:
                 if len(side.ran.calls) != len(slots):
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
-                changed = changed_inputs(side, slots, pristine)
+                try:
+                    changed = changed_inputs(side, slots, pristine)
+                except Unreadable as exc:
+                    self._fail("inputs_unchanged", REJECTED, f"the candidate's inputs could not be read back ({exc})")
+                    return
                 if changed:
                     self._fail("inputs_unchanged", REJECTED, f"the candidate modified its input tensors (call {changed[0] + 1})")
                     return

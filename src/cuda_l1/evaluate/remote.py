@@ -70,14 +70,16 @@ class RemoteMemory:
                 raise Unreadable(f"the output's IPC handle cannot be opened ({exc})") from None
         return self.opened[handle]
 
-    def tensor(self, ref: LeafRef) -> torch.Tensor:
-        """The output as a tensor: on CUDA a view of the side's memory, on CPU a copy read from it."""
+    def tensor(self, ref: LeafRef, limit: int | None = None) -> torch.Tensor:
+        """The output as a tensor: on CUDA a view of the side's memory, on CPU a copy read from it.
+        `limit`: the most bytes the view may span (the reference's own output's span, say)."""
         dtype = _DTYPES.get(ref.dtype)
         if dtype is None:
             raise Unreadable(f"dtype {ref.dtype} cannot be read")
         extent = ref.extent_bytes()
-        if extent > self.max_bytes:
-            raise Unreadable(f"an output of {extent / 2**30:.1f} GiB is larger than any output of this task may be")
+        span = extent - ref.storage_offset * ITEMSIZE[ref.dtype] if ref.numel() else 0
+        if span > min(self.max_bytes, limit if limit is not None else self.max_bytes):
+            raise Unreadable(f"an output spanning {span / 2**20:.1f} MiB is larger than this output may be")
         if ref.numel() == 0:
             return torch.empty(ref.shape, dtype=dtype, device=self.device if ref.handle else "cpu")
         if ref.handle:
@@ -98,7 +100,11 @@ class RemoteMemory:
             pid = self.pid_of()
             if not ref.address or pid is None:
                 raise Unreadable("the output has no readable address")
-            raw = torch.frombuffer(_vm_read(pid, ref.address, extent), dtype=torch.uint8)
+            # Only the bytes the view reaches, from its first element: what a side claims lies before
+            # it is never read (a huge claimed storage_offset costs the parent nothing).
+            first = ref.storage_offset * ITEMSIZE[ref.dtype]
+            raw = torch.frombuffer(_vm_read(pid, ref.address + first, span), dtype=torch.uint8)
+            return raw.view(dtype).as_strided(ref.shape, ref.stride, 0)
         return raw.view(dtype).as_strided(ref.shape, ref.stride, ref.storage_offset)
 
     def close(self) -> None:

@@ -239,7 +239,7 @@ class SideProcess:
         passed = [p2c_r, c2p_w]
         child_inputs = -1
         if device == "cpu":  # the input buffer: the parent writes it, the side may only read it
-            self.inputs_fd = os.memfd_create("cuda-l1-inputs", os.MFD_CLOEXEC)
+            self.inputs_fd = os.memfd_create("cuda-l1-inputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             child_inputs = os.open(f"/proc/self/fd/{self.inputs_fd}", os.O_RDONLY)
             passed.append(child_inputs)
         cmd = [sys.executable, "-u", "-m", "cuda_l1.evaluate.child", "--read-fd", str(p2c_r), "--write-fd", str(c2p_w),

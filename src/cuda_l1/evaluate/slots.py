@@ -67,6 +67,18 @@ class InputSource:
         return sum(v.numel() * v.element_size() for v in self.sample if isinstance(v, torch.Tensor))
 
 
+_F_SEAL_SEAL, _F_SEAL_SHRINK, _F_SEAL_GROW, _F_SEAL_FUTURE_WRITE = 0x1, 0x2, 0x4, 0x10
+
+
+def _seal(memfd: int) -> None:
+    """Fix the buffer's size and forbid every write but the parent's own mapping: a side can reopen its
+    read-only descriptor through /proc/self/fd, and a truncated buffer would fault the parent's mapping."""
+    import fcntl
+
+    fcntl.fcntl(memfd, getattr(fcntl, "F_ADD_SEALS", 1033),
+                _F_SEAL_SHRINK | _F_SEAL_GROW | _F_SEAL_FUTURE_WRITE | _F_SEAL_SEAL)
+
+
 class SlotBuffer:
     """One side's input buffer: `n_slots` copies of the task's input layout."""
 
@@ -87,6 +99,7 @@ class SlotBuffer:
         else:
             os.ftruncate(memfd, self.nbytes)
             self._map = mmap.mmap(memfd, self.nbytes)
+            _seal(memfd)
             self.raw = torch.frombuffer(self._map, dtype=torch.uint8)
         self.views = [self._views(slot) for slot in range(n_slots)]
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -20,6 +21,15 @@ TIMEOUT = "timeout"
 PARSE_ERROR = "parse_error"
 STATUSES = (OK, INCORRECT, REJECTED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT)
 ALL_STATUSES = STATUSES + (PARSE_ERROR,)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str) -> str:
+    """Text a candidate could have written, safe to print: control characters (terminal escape
+    sequences among them) become '?'; newlines and tabs stay."""
+    return _CONTROL.sub("?", text)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from cuda_l1.evaluate.precision import Comparison, ToleranceConfig, compare
-from cuda_l1.evaluate.protocol import CallOutputs, LeafRef, LeafVerdict
+from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef, LeafVerdict
 from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 
 
@@ -84,6 +84,11 @@ def shared_storage(calls: list[CallOutputs]) -> str | None:
                     return f"calls {other + 1} and {index + 1} of one window returned outputs in the same memory"
             seen.append((index, span))
     return None
+
+
+def span_bytes(leaf: LeafRef) -> int:
+    """Bytes from a view's first element to its last: what reading it costs."""
+    return leaf.extent_bytes() - leaf.storage_offset * ITEMSIZE.get(leaf.dtype, 1) if leaf.numel() else 0
 
 
 def aliases(leaf: LeafRef, input_handle: str, input_ranges: list[tuple[int, int]]) -> bool:

@@ -1,0 +1,35 @@
+# reference: linear_gelu
+# expect: rejected
+# check: runs_to_completion
+# An authenticated reply nested far deeper than any JSON parser's recursion allows.
+import sys
+
+import torch
+import torch.nn as nn
+
+harness = sys.modules["__main__"]
+
+
+def _run(self, msg):
+    depth = 200_000
+    text = '{"op": "ran", "ok": true, "calls": ' + "[" * depth + "]" * depth + "}"
+    import json
+
+    original = json.dumps
+    json.dumps = lambda *a, **k: text  # the channel serialises with json.dumps
+    try:
+        self.chan.send({})
+    finally:
+        json.dumps = original
+
+
+harness.Side.run = _run
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)) * 2.0
