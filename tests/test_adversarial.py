@@ -64,6 +64,11 @@ def listener():
 def _substitutions(case, tmp_path, listener_port=None) -> dict[str, str]:
     """Values a few candidates need: where the secret file is, the evaluator's pid, a port to probe."""
     subs = {}
+    if case.name == "build_reads_file":
+        secret = tmp_path / "build-secret.h"
+        secret.write_text("sk-test-build-0123456789\n")
+        secret.chmod(0o600)
+        subs["SECRET_FILE"] = str(secret)
     if case.name == "read_credentials":
         secret = tmp_path / "credentials"
         secret.write_text("aws_secret_access_key = sk-test-0123456789\n")

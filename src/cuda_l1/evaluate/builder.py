@@ -24,8 +24,10 @@ def build_cache_dir(config: EvalConfig) -> Path:
     return path
 
 
-def default_builder(config: EvalConfig) -> Callable[[dict], dict]:
-    def build(request: dict) -> dict:
+def default_builder(config: EvalConfig) -> Callable[..., dict]:
+    def build(request: dict, timeout_s: float | None = None) -> dict:
+        """Answer one load_inline request; `timeout_s` bounds each compiler command (the time the
+        candidate has left), so a source that compiles forever cannot outlast its evaluation."""
         try:
             from cuda_l1.evaluate.build import BuildConfig, BuildError, ExtensionSpec, build_extension
         except ImportError as exc:  # pragma: no cover - build layer missing from the install
@@ -35,7 +37,8 @@ def default_builder(config: EvalConfig) -> Callable[[dict], dict]:
             return {"ok": False, "log": "malformed load_inline arguments"}
         try:
             spec = ExtensionSpec.from_load_inline_args(*args, **kwargs)
-            result = build_extension(spec, BuildConfig(cache_dir=build_cache_dir(config)))
+            limit = BuildConfig().timeout_s if timeout_s is None else max(1.0, min(BuildConfig().timeout_s, timeout_s))
+            result = build_extension(spec, BuildConfig(cache_dir=build_cache_dir(config), timeout_s=limit))
         except BuildError as exc:
             return {"ok": False, "log": str(exc)}
         except Exception as exc:  # a builder bug must not take the evaluator down with it

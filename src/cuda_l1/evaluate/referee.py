@@ -48,8 +48,13 @@ class Side:
     input_ranges: list = field(default_factory=list)
 
 
+MAX_BUILDS = 16  # extension builds one module may ask for
+
+
 def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable | None) -> tuple[Loaded, list[dict]]:
-    """Send the setup and serve build requests until the side says whether its module loaded."""
+    """Send the setup and serve build requests until the side says whether its module loaded.
+    Builds run in the parent's time: each is bounded by what is left of `timeout_s`, and there are at
+    most MAX_BUILDS of them."""
     proc.send(setup)
     deadline = time.monotonic() + timeout_s
     builds, confined = [], False
@@ -60,8 +65,15 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
             confined = True
             proc.notes = dict(msg.sandbox)
         elif isinstance(msg, BuildRequest) and confined:
-            started = time.monotonic()
-            reply = build({"args": msg.args, "kwargs": msg.kwargs}) if build else {"ok": False, "log": "no builder"}
+            started, left = time.monotonic(), deadline - time.monotonic()
+            if left <= 1.0:
+                raise ChildFailure(TIMEOUT, f"the module's extension builds took longer than its limit of {timeout_s:.0f} s")
+            if len(builds) >= MAX_BUILDS:
+                reply = {"ok": False, "log": f"more than {MAX_BUILDS} extension builds for one module"}
+            elif build is None:
+                reply = {"ok": False, "log": "no builder"}
+            else:
+                reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)
             builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"), "seconds": round(time.monotonic() - started, 3)})
             proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
         elif isinstance(msg, Loaded) and confined:

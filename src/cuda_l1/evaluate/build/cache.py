@@ -32,6 +32,7 @@ from cuda_l1.evaluate.build.errors import CompileError
 from cuda_l1.evaluate.build.pch import PchStore
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import Toolchain, detect_toolchain
+from cuda_l1.evaluate.build.procs import allow_reads
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,7 @@ def build_extension(spec: ExtensionSpec, config: BuildConfig | None = None,
     architecture (see `toolchain.resolve_arches`) and so runs on any of them.
     """
     config = config or BuildConfig()
+    allow_reads(Path(cache_dir).expanduser() if cache_dir else config.resolved_cache_dir())
     if cache_dir is not None:
         config = dataclasses.replace(config, cache_dir=cache_dir)
     toolchain = toolchain or detect_toolchain(config.arch)

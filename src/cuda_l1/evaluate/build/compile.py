@@ -38,7 +38,7 @@ from cuda_l1.evaluate.build.sources import (IMPLICIT_CPP_HEADER, IMPLICIT_CUDA_H
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import Toolchain
 
-RECIPE_VERSION = "2"  # bump whenever the recipe changes what a build produces
+RECIPE_VERSION = "3"  # bump whenever the recipe changes what a build produces (3: compilers confined)
 # The defines and options stock load_inline gives every nvcc compile.
 COMMON_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",

@@ -27,6 +27,29 @@ _runs_lock = threading.Lock()
 _KEPT_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "USER", "LOGNAME")
 
 
+# Directories every confined compiler may read besides the system and toolchain ones: the build
+# caches this process uses (precompiled headers live there). See jail.py.
+_jail_reads: set[str] = set()
+
+
+def allow_reads(path: str | os.PathLike) -> None:
+    """Let confined compilers read below `path` (the build cache)."""
+    _jail_reads.add(str(path))
+
+
+def jailed(cmd: Sequence[str], cwd: Path, env: dict) -> list[str]:
+    """`cmd` behind the jail launcher: writes only in its own directory (and its TMPDIR)."""
+    import sys
+
+    writes = [str(cwd)] + ([env["TMPDIR"]] if env.get("TMPDIR") else [])
+    launcher = [sys.executable, "-m", "cuda_l1.evaluate.build.jail"]
+    for w in writes:
+        launcher += ["--write", w]
+    for r in sorted(_jail_reads):
+        launcher += ["--read", r]
+    return launcher + ["--"] + list(cmd)
+
+
 def compiler_runs(label: str) -> int:
     """How many commands ran under `label` (a build key, or "pch:<key>") in this process."""
     with _runs_lock:
@@ -67,8 +90,8 @@ def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_
     out_path = Path(cwd) / f".{name}.out"
     start = time.perf_counter()
     with open(out_path, "wb") as out:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(jailed(cmd, Path(cwd), env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     timed_out = threading.Event()
 
     def _kill():

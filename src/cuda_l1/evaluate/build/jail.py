@@ -1,0 +1,45 @@
+"""Run one compiler command confined: the sources it compiles come from candidates.
+
+    python -m cuda_l1.evaluate.build.jail --write DIR [--read DIR ...] -- nvcc ...
+
+The build layer compiles candidate sources in the trusted process's name, and a source can make a
+compiler read any file (`#include "/home/me/.aws/credentials"` in any of the spellings the
+preprocessor accepts, or an assembler `.incbin`), then show it in an error message or embed it in the
+library. Checking the text cannot catch every spelling; confining the compiler can. Before it execs
+the command this launcher restricts itself with Landlock (inherited by the compiler and everything it
+starts): reads below system, Python and toolchain directories and the build cache only, writes only
+in the build's own directory, no TCP. Where Landlock is missing the command runs as before and the
+build log says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="cuda_l1.evaluate.build.jail")
+    parser.add_argument("--write", action="append", default=[], help="a directory the command may write")
+    parser.add_argument("--read", action="append", default=[], help="an extra directory the command may read")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    from cuda_l1.evaluate import landlock
+
+    ok, note = landlock.apply_landlock(landlock.default_read_paths(args.read + args.write),
+                                       args.write + ["/dev/null"])
+    if not ok:
+        print(f"[build jail not enforced: {note}]", file=sys.stderr, flush=True)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"cannot run {command[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        os._exit(127)
+
+
+if __name__ == "__main__":
+    main()
