@@ -61,7 +61,19 @@ def listener():
     server.close()
 
 
-def _substitutions(case, tmp_path, listener_port=None) -> dict[str, str]:
+@pytest.fixture
+def unix_listener(tmp_path):
+    """A Unix-domain socket listening on the host, in a directory a side can find."""
+    path = tmp_path / "host.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen(4)
+    yield str(path)
+    server.close()
+
+
+def _substitutions(case, tmp_path, listener_port=None, unix_path=None) -> dict[str, str]:
     """Values a few candidates need: where the secret file is, the evaluator's pid, a port to probe."""
     subs = {}
     if case.name == "build_reads_file":
@@ -78,11 +90,13 @@ def _substitutions(case, tmp_path, listener_port=None) -> dict[str, str]:
         subs["TARGET_FILE"] = str(tmp_path / "escaped.txt")
     if case.name == "network_access":
         subs["PORT"] = str(listener_port)
+    if case.name == "unix_socket":
+        subs["SOCKET_PATH"] = unix_path
     return subs
 
 
 @pytest.mark.parametrize("name", sorted(CPU_CASES))
-def test_cpu_corpus(name, tmp_path, monkeypatch, listener):
+def test_cpu_corpus(name, tmp_path, monkeypatch, listener, unix_listener):
     case = CPU_CASES[name]
     # Credentials the evaluator's own process holds; none may reach the candidate.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
@@ -92,7 +106,7 @@ def test_cpu_corpus(name, tmp_path, monkeypatch, listener):
     if case.name in ("write_outside", "read_credentials") and landlock_abi() < 1:
         pytest.skip("Landlock is not available: file confinement is not enforced on this kernel")
     evaluator = evaluator_for(case.reference, case.task())
-    verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path, port)))
+    verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path, port, unix_listener)))
     summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
     assert "sk-test-" not in verdict.to_json()
     if case.expect == "not_faster":

@@ -136,22 +136,25 @@ def _identity_uid(read_paths: list[str]) -> int | None:
 _PLANS: dict[tuple, str] = {}
 
 
-def usable_namespaces(config: SandboxConfig, device: str, plan: ConfinePlan) -> str:
-    """The strongest namespace set in which a confined side still initialises this device (probed
-    once per device and plan): some GPU drivers refuse to start inside a new PID namespace."""
-    if not config.namespaces or not sys.platform.startswith("linux"):
-        return ""
-    key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity)
+def usable_plan(config: SandboxConfig, device: str, plan: ConfinePlan) -> tuple[str, bool]:
+    """(namespaces, deny_unix_sockets): the strongest combination in which a fully confined side
+    still initialises this device (probed once per device and plan; the Unix-socket refusal is given
+    up before any namespace is)."""
+    if not sys.platform.startswith("linux"):
+        return "", plan.deny_unix_sockets
+    key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, config.namespaces)
     if key not in _PLANS:
-        chosen = ""
+        chosen = ("", False)
         scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
+        sets = NAMESPACE_SETS[:-1] if config.namespaces else ("",)
         try:
             if plan.uid is not None:
                 os.chown(scratch, plan.uid, plan.uid)
-            for which in NAMESPACE_SETS[:-1]:
-                trial = dataclasses.replace(plan, namespaces=which, scratch=scratch)
+            trials = [(which, unix) for which in sets for unix in ((True, False) if plan.seccomp else (False,))]
+            for which, unix in trials:
+                trial = dataclasses.replace(plan, namespaces=which, deny_unix_sockets=unix, scratch=scratch)
                 if _probe(device, trial, scratch):
-                    chosen = which
+                    chosen = (which, unix)
                     break
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -227,7 +230,7 @@ class SideProcess:
                            limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
                                    "open_files": config.open_files,
                                    "address_space_bytes": config.memory_bytes if device == "cpu" else None})
-        plan.namespaces = usable_namespaces(config, device, plan)
+        plan.namespaces, plan.deny_unix_sockets = usable_plan(config, device, plan)
         group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:

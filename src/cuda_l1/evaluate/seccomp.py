@@ -1,7 +1,8 @@
 """A seccomp filter that refuses what a side must not do to the measurement or to other processes.
 
 Refused (EPERM): changing its scheduling class, priority or CPU affinity (which would let it outrun
-the other side or escape the core it is timed on), ptrace and cross-process memory access, new
+the other side or escape the core it is timed on), Unix-domain sockets (socket(AF_UNIX): the host's
+sockets are files, which Landlock's rules do not cover for connect()), ptrace and cross-process memory access, new
 namespaces (clone with CLONE_NEW*, unshare, setns), mounts, kernel keyrings, BPF, perf events,
 userfaultfd, io_uring (whose operations bypass seccomp), module loading, kexec, reboot, swap.
 clone3 answers ENOSYS so that the C library falls back to clone, whose flags a filter can read.
@@ -39,6 +40,8 @@ _DENIED = {
                 "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440},
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
+_SOCKET = {"x86_64": 41, "aarch64": 198}
+_AF_UNIX = 1
 _CLONE3 = 435
 _SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -53,7 +56,7 @@ def _ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def build_filter(arch: str) -> bytes:
+def build_filter(arch: str, deny_unix_sockets: bool = True) -> bytes:
     """The BPF program for `arch`, as the kernel's array of struct sock_filter."""
     deny = _ERRNO | errno.EPERM
     prog = [_ins(_LD_ABS_W, 4),  # seccomp_data.arch
@@ -64,6 +67,12 @@ def build_filter(arch: str) -> bytes:
         prog += [_ins(_JGE, 0x40000000, 0, 1), _ins(_RET, deny)]  # the x32 ABI
     for nr in sorted(_DENIED[arch].values()):
         prog += [_ins(_JEQ, nr, 0, 1), _ins(_RET, deny)]
+    if deny_unix_sockets:  # socket(AF_UNIX, ...): the host's Unix sockets (Ray, docker, dbus) are files
+        prog += [_ins(_JEQ, _SOCKET[arch], 0, 4),  # Landlock does not cover connect(); socketpair stays allowed
+                 _ins(_LD_ABS_W, 16),
+                 _ins(_JEQ, _AF_UNIX, 0, 1),
+                 _ins(_RET, deny),
+                 _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _CLONE3, 0, 1), _ins(_RET, _ERRNO | errno.ENOSYS),
              _ins(_JEQ, _CLONE[arch], 0, 3),
              _ins(_LD_ABS_W, 16),  # args[0], low 32 bits on a little-endian machine: the clone flags
@@ -77,12 +86,12 @@ class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def apply_filter() -> tuple[bool, str]:
+def apply_filter(deny_unix_sockets: bool = True) -> tuple[bool, str]:
     """Install the filter on every thread of this process. (ok, note for the sandbox report)."""
     arch = platform.machine()
     if not os.uname().sysname == "Linux" or arch not in _DENIED:
         return False, f"not available on {os.uname().sysname}/{arch}"
-    code = build_filter(arch)
+    code = build_filter(arch, deny_unix_sockets)
     buf = ctypes.create_string_buffer(code, len(code))
     prog = _Prog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)
@@ -94,4 +103,5 @@ def apply_filter() -> tuple[bool, str]:
                       ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
     if rc != 0:
         return False, f"seccomp failed: {os.strerror(ctypes.get_errno()) if rc < 0 else f'thread {rc} could not sync'}"
-    return True, f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, ptrace, namespaces, ...)"
+    unix = ", Unix sockets" if deny_unix_sockets else ""
+    return True, f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, ptrace, namespaces{unix}, ...)"
