@@ -22,7 +22,7 @@ import torch
 
 from cuda_l1.errors import TaskError, UserError
 from cuda_l1.evaluate import static_scan
-from cuda_l1.evaluate.builder import build_cache_dir, default_builder
+from cuda_l1.evaluate.builder import default_builder
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
 from cuda_l1.evaluate.protocol import Mapped, Release, Setup
@@ -38,6 +38,27 @@ from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
 
+def _idlest(cores: list[int], sample_s: float = 0.05) -> int:
+    """The core that was idle longest over a short sample (/proc/stat), so evaluators started side by
+    side spread over the cores instead of all timing on the first one."""
+    def idle() -> dict[int, int]:
+        out = {}
+        try:
+            with open("/proc/stat") as fh:
+                for line in fh:
+                    name, *fields = line.split()
+                    if name.startswith("cpu") and name[3:].isdigit() and len(fields) > 4:
+                        out[int(name[3:])] = int(fields[3]) + int(fields[4])  # idle + iowait
+        except OSError:
+            pass
+        return out
+
+    before = idle()
+    time.sleep(sample_s)
+    after = idle()
+    return max(cores, key=lambda c: (after.get(c, 0) - before.get(c, 0), -c))
+
+
 def timing_core(config: EvalConfig) -> int | None:
     """The core both sides are timed on: CPU device with one thread, where the platform can pin."""
     if config.device != "cpu" or (config.threads or 1) != 1 or not hasattr(os, "sched_getaffinity"):
@@ -45,7 +66,7 @@ def timing_core(config: EvalConfig) -> int | None:
     allowed = sorted(os.sched_getaffinity(0))
     if config.cpu_core is not None:
         return config.cpu_core if config.cpu_core in allowed else None
-    return allowed[0] if allowed else None
+    return _idlest(allowed) if len(allowed) > 1 else (allowed[0] if allowed else None)
 
 
 def _slot_budget(config: EvalConfig, input_bytes: int) -> int:
@@ -79,7 +100,7 @@ class TaskEnv:
         self.n_slots = _slot_budget(config, self.source.input_bytes())
         self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
                                  if self.device.startswith("cuda") else config.sandbox.memory_bytes)
-        self.read_paths = [str(build_cache_dir(config))]
+        self.read_paths: list[str] = []  # built extensions are handed to a side in its scratch directory
         self.quiet = Quiet(self.device, flush=config.timing.flush_cache, core=self.core)
         self.oracle_unavailable = ""
         self.ref: Side | None = None

@@ -74,6 +74,8 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
                 reply = {"ok": False, "log": "no builder"}
             else:
                 reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)
+                if reply.get("ok") and reply.get("so_path"):
+                    reply = dict(reply, so_path=proc.receive_file(reply["so_path"]))
             builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"), "seconds": round(time.monotonic() - started, 3)})
             proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
         elif isinstance(msg, Loaded) and confined:
@@ -385,9 +387,13 @@ class Referee:
                 ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
                 cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
             else:
-                for side in (env.ref, self.cand):
-                    per_call = max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
-                    plan[side.name] = timing.calls_for(per_call, tc.window_s, env.n_slots)
+                # One number of calls for both sides, sized on the slower one: whatever the fixed
+                # overhead's estimate gets wrong then weighs the same on both and pulls the speedup
+                # toward 1, and a side gains nothing by changing how many calls its windows get.
+                per_call = max(max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
+                               for side in (env.ref, self.cand))
+                n = timing.calls_for(per_call, tc.window_s, env.n_slots)
+                plan = {"reference": n, "candidate": n}
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
                 continue

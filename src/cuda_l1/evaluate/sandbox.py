@@ -215,6 +215,7 @@ class SideProcess:
     _frozen_ticks: int = 0
     group: SideGroup | None = None  # its cgroup (cgroup.py)
     _in_group: bool = False
+    _last_pid: int | None = None
 
     @classmethod
     def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None) -> "SideProcess":
@@ -356,6 +357,7 @@ class SideProcess:
                     pass
             self.frozen.update(new)
         deadline = time.monotonic() + timeout
+        self._last_pid = self._ns_last_pid()
         for pid in list(self.frozen):
             try:
                 tasks = os.listdir(f"/proc/{pid}/task")
@@ -368,6 +370,14 @@ class SideProcess:
                         raise ChildFailure("rejected", "a process of the side could not be stopped between windows")
                     time.sleep(0.00002)
         self._frozen_ticks = self.cpu_ticks(sorted(self.frozen))
+
+    def _ns_last_pid(self) -> int | None:
+        """The last pid handed out in the side's PID namespace (None without one of its own /proc)."""
+        hpid = self.harness_pid()
+        if not hpid or "/proc of the namespace" not in self.notes.get("mounts", ""):
+            return None
+        text = _read(f"/proc/{hpid}/root/proc/sys/kernel/ns_last_pid").strip()
+        return int(text) if text.isdigit() else None
 
     def thaw(self) -> None:
         """Let the tree run again, after checking it did not run while stopped."""
@@ -382,7 +392,10 @@ class SideProcess:
             self.frozen = set()
             return
         pids = self.tree()
-        if any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
+        # A process forked while the tree was being stopped can run on unseen and be gone by now; the
+        # namespace's last pid still shows that it was created.
+        forked = self._last_pid is not None and self._ns_last_pid() != self._last_pid
+        if forked or any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
             self.kill("ran while stopped")
             raise ChildFailure("rejected", "a process of the side ran while the side was stopped (it escaped the freeze)")
         for pid in self.frozen:
@@ -391,6 +404,19 @@ class SideProcess:
             except ProcessLookupError:
                 pass
         self.frozen = set()
+
+    def receive_file(self, path: str) -> str:
+        """Give the side a file of the parent's (a built extension) in its scratch directory, so the
+        side never needs to read the build cache, where other candidates' sources and logs live."""
+        target = os.path.join(self.scratch, "ext", os.path.basename(path))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            try:
+                os.link(path, target)
+            except OSError:  # another filesystem
+                shutil.copy2(path, target)
+            os.chmod(os.path.dirname(target), 0o755)
+        return target
 
     # -- talking ----------------------------------------------------------------------------------
     def send(self, message) -> None:
