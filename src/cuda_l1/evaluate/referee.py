@@ -152,11 +152,24 @@ class Referee:
         self.cand_proc.freeze()  # from now on the candidate runs only inside its own windows
         return True
 
-    def _window(self, side: Side, slots: list[int], timeout: float, signals: bool = False) -> None:
+    def _window(self, side: Side, slots: list[int], timeout: float, signals: bool = False,
+                inputs: list[list] | None = None, written: int | None = None) -> None:
+        """One window of `side`: its inputs written into its buffer, caches flushed, the side resumed,
+        its calls run, the side stopped and the device idle again, on the parent's clock. On a GPU the
+        inputs are written inside the window, so that nothing a side left waiting for them (a stream
+        blocked on a word of its buffer, say) can run anywhere but in its own window; the flush then
+        comes before the write, and inputs may be found in the cache (alike for both sides)."""
         proc, quiet = side.proc, self.env.quiet
+        count = len(slots) if written is None else written
+        gpu = self.config.device.startswith("cuda")
+        if not gpu:  # a stopped CPU side cannot react to the write: write, then flush, then time
+            self._write_inputs(side, inputs, count)
         quiet.flush()
-        proc.thaw()
         t0 = time.perf_counter()
+        if gpu:  # queued GPU work of a stopped side can: the write is part of the window
+            self._write_inputs(side, inputs, count)
+        proc.thaw()
+        t_sent = time.perf_counter()
         ran = proc.request(Run(slots, signals), min(timeout, self.remaining()), Ran)
         t_reply = time.perf_counter()
         proc.freeze()
@@ -167,32 +180,38 @@ class Referee:
             raise ChildFailure(TIMEOUT, "the device was still busy with the side's work long after its window") from None
         t_end = time.perf_counter()
         side.ran = ran
-        side.window = timing.Window(len(slots), t_end - t0, t_reply - t0, t_end - t_frozen)
+        side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
 
-    def _reference_window(self, slots: list[int], timeout: float, signals: bool = False) -> None:
+    def _write_inputs(self, side: Side, inputs: list[list] | None, count: int) -> None:
+        for slot in range(count):
+            side.buffer.write(slot, inputs[slot])
+        self.env.sync()
+
+    def _reference_window(self, slots: list[int], timeout: float, signals: bool = False,
+                          inputs: list[list] | None = None, written: int | None = None) -> None:
         try:
-            self._window(self.env.ref, slots, timeout, signals)
+            self._window(self.env.ref, slots, timeout, signals, inputs, written)
         except ChildFailure as failure:
             raise ReferenceFailure(f"the reference's side failed during the candidate's evaluation: {failure}") from None
         if not self.env.ref.ran.ok:
             raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
 
-    def null_windows(self, count: int = 5) -> float:
-        """The fixed cost of a window (request, reply, stop, idle probe) with no calls, on the reference."""
+    def null_windows(self, inputs: list[list], count: int = 5) -> float:
+        """The fixed cost of a window with no calls, on the reference: writing the inputs of as many
+        calls as real windows make, flushing, the request, the reply, stopping, the idle probe."""
         windows = []
         for _ in range(count):
-            self._reference_window([], self.config.call_timeout_s)
+            self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=len(inputs))
             windows.append(self.env.ref.window)
         return timing.overhead(windows)
 
     def _fresh_inputs(self, count: int) -> list[list]:
+        """Values for `count` slots from new secret seeds (each side's window writes them in)."""
         env = self.env
         values = []
-        for slot in range(count):
+        for _ in range(count):
             generated = env.source.generate(secrets.randbits(62))
             env.source.check_same_layout(generated)
-            env.ref.buffer.write(slot, generated)
-            self.cand.buffer.write(slot, generated)
             values.append(generated)
         env.sync()
         return values
@@ -300,38 +319,25 @@ class Referee:
                        "a call returned an output in the memory of an output of the previous window "
                        "(outputs reuse a static buffer)")
             return
-        n_ref = len(ref.ran.calls)
+        if len(ref.ran.calls) != len(calls):
+            raise ReferenceFailure("the reference's side reported a different number of calls than it made")
+        # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
         sample = self.rng.sample(range(len(calls)), min(len(calls), self.config.timing.checked_calls))
         oracle_at = self.rng.choice(sample) if round_no < self.config.correctness_trials else None
         full_at = (self.rng.choice(sample) if oracle_at is None and self.rng.random() < self.config.timing.full_check_rate
                    else None)
-        mode = {i: "oracle" if i == oracle_at else "full" if i == full_at else "spots" for i in sample}
-        for i in sorted(i for i in sample if i < n_ref):
-            self._compare(i, calls[i], ref.ran.calls[i], i, mode[i], round_no)
+        for i in sorted(sample):
+            mode = "oracle" if i == oracle_at else "full" if i == full_at else "spots"
+            self._compare(i, calls[i], ref.ran.calls[i], i, mode, round_no)
             if self.status is not None:
                 return
-        later = sorted(i for i in sample if i >= n_ref)
-        if later:  # the reference's outputs for these slots, untimed
-            ref.proc.thaw()
-            try:
-                extra = ref.proc.request(Run(later), min(self.config.call_timeout_s, self.remaining()), Ran)
-            except ChildFailure as failure:
-                raise ReferenceFailure(f"the reference's side failed: {failure}") from None
-            ref.proc.freeze()
-            self.env.quiet.wait_idle(self.config.call_timeout_s)
-            if not extra.ok:
-                raise ReferenceFailure("the reference's forward raised:\n" + extra.message[-3000:])
-            for position, (slot, ref_call) in enumerate(zip(later, extra.calls)):
-                self._compare(slot, calls[slot], ref_call, position, mode[slot], round_no)
-                if self.status is not None:
-                    return
 
     # -- the rounds -----------------------------------------------------------------------------------
     def measure(self) -> None:
         cfg, tc, env = self.config, self.config.timing, self.env
         self.telemetry = Telemetry(cfg.device)
         self.telemetry_before = self.telemetry.read()
-        overhead_s = self.null_windows()
+        overhead_s = self.null_windows(self._fresh_inputs(1))
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
@@ -346,7 +352,7 @@ class Referee:
                 timeout = cfg.first_call_timeout_s if first else cfg.call_timeout_s + 50 * side_estimate(side)
                 slots = list(range(plan[side.name]))
                 if side is env.ref:
-                    self._reference_window(slots, timeout)
+                    self._reference_window(slots, timeout, inputs=pristine)
                     try:
                         ref_changed = changed_inputs(env.ref, slots, pristine)
                     except Unreadable as exc:
@@ -354,7 +360,7 @@ class Referee:
                     if ref_changed:
                         raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
                     continue
-                self._window(side, slots, timeout, signals)
+                self._window(side, slots, timeout, signals, inputs=pristine)
                 if not side.ran.ok:
                     self._fail("forward_runs", RUNTIME_ERROR, "forward raised:\n" + side.ran.message[-4000:])
                     self.status = RUNTIME_ERROR
@@ -396,6 +402,8 @@ class Referee:
                 plan = {"reference": n, "candidate": n}
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
+                    # The overhead again, now with as many slots written as every recorded window writes.
+                    overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
