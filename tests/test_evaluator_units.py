@@ -11,7 +11,7 @@ import torch
 
 from cuda_l1.evaluate.channel import Channel, ChannelError, decode_tensor, encode_tensor, new_key
 from cuda_l1.evaluate.precision import ToleranceConfig, compare
-from cuda_l1.evaluate.sandbox import scrubbed_env
+from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate.static_scan import scan
 from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
 

@@ -4,17 +4,15 @@ confinement sequence of a side, stopping a process tree, and the pure timing and
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from cuda_l1.evaluate import protocol, timing, verify
+from cuda_l1.evaluate import protocol, timing, validate, verify
 from cuda_l1.evaluate.confine import ConfinePlan, landlock_abi
-from cuda_l1.evaluate.protocol import CallOutputs, LeafRef, ProtocolError
+from cuda_l1.evaluate.protocol import CallOutputs, ProtocolError
 from cuda_l1.evaluate.sandbox import SandboxConfig, SideProcess
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux confinement")
@@ -36,7 +34,7 @@ def _ran(**kw) -> dict:
 
 # -- protocol --------------------------------------------------------------------------------------
 def test_a_valid_reply_decodes_into_its_dataclass():
-    msg = protocol.decode(_ran(), from_side=True)
+    msg = validate.decode(_ran(), from_side=True)
     assert isinstance(msg, protocol.Ran) and msg.calls[0].leaves[0].numel() == 16
 
 
@@ -53,14 +51,14 @@ def test_a_valid_reply_decodes_into_its_dataclass():
 ])
 def test_malformed_replies_raise_protocol_errors(bad):
     with pytest.raises(ProtocolError):
-        protocol.decode(_ran(**bad), from_side=True)
+        validate.decode(_ran(**bad), from_side=True)
 
 
 def test_a_side_cannot_send_what_only_the_parent_sends():
     with pytest.raises(ProtocolError):
-        protocol.decode({"op": "run", "slots": [0]}, from_side=True)
+        validate.decode({"op": "run", "slots": [0]}, from_side=True)
     with pytest.raises(ProtocolError):
-        protocol.decode(["not", "an", "object"], from_side=True)
+        validate.decode(["not", "an", "object"], from_side=True)
 
 
 # -- seccomp and the confinement sequence ----------------------------------------------------------------
@@ -213,7 +211,7 @@ def test_windows_are_charged_in_full_minus_the_fixed_overhead():
 
 def _call(*leaves: dict) -> CallOutputs:
     return CallOutputs("tensor" if len(leaves) == 1 else {"seq": "tuple", "items": ["tensor"] * len(leaves)},
-                       [LeafRef.check(leaf) for leaf in leaves])
+                       [validate.leaf_ref(leaf) for leaf in leaves])
 
 
 def test_outputs_of_one_window_may_not_share_memory():
@@ -229,4 +227,4 @@ def test_descriptions_are_compared_before_any_value():
     assert verify.describe_mismatch(_call({"kind": "foreign", "type": "Deferred"}), ref)[0].status == "rejected"
     assert verify.describe_mismatch(_call(_leaf(), _leaf(address=9000)), ref)[0].check == "output_structure"
     assert verify.describe_mismatch(_call(_leaf(address=1 << 20)), ref) == []
-    assert verify.aliases(LeafRef.check(_leaf(address=5000)), "", [(4096, 8192)])
+    assert verify.aliases(validate.leaf_ref(_leaf(address=5000)), "", [(4096, 8192)])

@@ -47,18 +47,7 @@ _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 2, 4, 
 NOBODY = 65534
 NAMESPACE_SETS = ("pid+net+mnt", "pid+net", "net", "pid", "")  # tried in this order when a GPU driver refuses one
 
-_libc = None
-
-
-def _lib():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    return _libc
-
-
-def _errno_text() -> str:
-    return os.strerror(ctypes.get_errno())
+_lib, _errno_text = landlock.libc, landlock.errno_text
 
 
 @dataclass

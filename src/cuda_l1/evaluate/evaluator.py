@@ -27,7 +27,8 @@ from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
 from cuda_l1.evaluate.protocol import Mapped, Release, Setup
 from cuda_l1.evaluate.quiet import Quiet
-from cuda_l1.evaluate.referee import ReferenceFailure, Referee, Side, load_side, mapped_inputs
+from cuda_l1.evaluate.referee import Referee
+from cuda_l1.evaluate.sides import ReferenceFailure, Side, load_side, mapped_inputs
 from cuda_l1.evaluate.remote import RemoteMemory
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer

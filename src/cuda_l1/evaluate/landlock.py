@@ -51,14 +51,15 @@ _FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
 _libc = None
 
 
-def _lib():
+def libc():
+    """The C library, with errno kept (the system calls confinement needs have no Python wrappers)."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     return _libc
 
 
-def _errno_text() -> str:
+def errno_text() -> str:
     return os.strerror(ctypes.get_errno())
 
 
@@ -66,7 +67,7 @@ def _errno_text() -> str:
 def landlock_abi() -> int:
     if not sys.platform.startswith("linux"):
         return 0
-    abi = _lib().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
+    abi = libc().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
     return max(int(abi), 0)
 
 
@@ -93,11 +94,11 @@ def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: b
         attr = struct.pack("<QQ", handled, net)
     else:
         attr = struct.pack("<Q", handled)
-    libc = _lib()
+    lib = libc()
     buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
+    ruleset = lib.syscall(_SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
     if ruleset < 0:
-        return False, f"landlock_create_ruleset failed: {_errno_text()}"
+        return False, f"landlock_create_ruleset failed: {errno_text()}"
     write_rights = handled  # full control below the writable roots
     added = []
     try:
@@ -111,14 +112,14 @@ def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: b
                     allowed = rights if os.path.isdir(path) else rights & _FILE_RIGHTS
                     rule = struct.pack("<Qi", allowed, fd)
                     rbuf = ctypes.create_string_buffer(rule, len(rule))
-                    if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rbuf, 0) == 0:
+                    if lib.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rbuf, 0) == 0:
                         added.append(path)
                 finally:
                     os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False, f"no_new_privs failed: {_errno_text()}"
-        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
-            return False, f"landlock_restrict_self failed: {_errno_text()}"
+        if lib.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False, f"no_new_privs failed: {errno_text()}"
+        if lib.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            return False, f"landlock_restrict_self failed: {errno_text()}"
     finally:
         os.close(ruleset)
     parts = [f"abi {abi}", "fs"]

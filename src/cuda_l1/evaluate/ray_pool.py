@@ -64,13 +64,13 @@ def runtime_env_secrets() -> list[str]:
     there would sit in every evaluation worker. Candidates would still not see it (their children get
     an allow-listed environment), but a worker needs no credentials, so the pool warns.
     """
-    from cuda_l1.evaluate.sandbox import _SECRET_NAME
+    from cuda_l1.evaluate.environment import SECRET_NAME
 
     try:
         env_vars = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
     except Exception:  # an older or client-mode context without runtime_env
         return []
-    return sorted(k for k in env_vars if _SECRET_NAME.search(k))
+    return sorted(k for k in env_vars if SECRET_NAME.search(k))
 
 
 class EvalWorker:

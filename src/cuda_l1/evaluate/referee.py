@@ -14,75 +14,20 @@ import dataclasses
 import random
 import secrets
 import time
-from dataclasses import dataclass, field
-from typing import Callable
 
 from cuda_l1.evaluate import timing, verify
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
-from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, LeafVerdict, Loaded, Mapped, Oracle, Oracled,
+from cuda_l1.evaluate.protocol import (LeafVerdict, Mapped, Oracle, Oracled,
                                        Ran, Run, Setup, Verified, Verify)
-from cuda_l1.evaluate.remote import RemoteMemory, Unreadable, input_mappings, inputs_unchanged
+from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
+from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
 from cuda_l1.evaluate.slots import SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
 _SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks fail at once
-
-
-class ReferenceFailure(Exception):
-    """The reference's own side failed (while a candidate was being judged, or while setting up)."""
-
-
-@dataclass
-class Side:
-    """One side as the referee uses it: its process, its input buffer and a reader of its memory."""
-
-    name: str  # "reference" | "candidate"
-    proc: SideProcess
-    buffer: SlotBuffer
-    memory: RemoteMemory
-    ran: Ran | None = None
-    window: timing.Window | None = None
-    input_ranges: list = field(default_factory=list)
-
-
-MAX_BUILDS = 16  # extension builds one module may ask for
-
-
-def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable | None) -> tuple[Loaded, list[dict]]:
-    """Send the setup and serve build requests until the side says whether its module loaded.
-    Builds run in the parent's time: each is bounded by what is left of `timeout_s`, and there are at
-    most MAX_BUILDS of them."""
-    proc.send(setup)
-    deadline = time.monotonic() + timeout_s
-    builds, confined = [], False
-    while True:
-        msg = proc.recv(max(deadline - time.monotonic(), 0.01))
-        if isinstance(msg, Confined) and not confined:
-            # Only the report sent before the module was imported counts.
-            confined = True
-            proc.notes = dict(msg.sandbox)
-        elif isinstance(msg, BuildRequest) and confined:
-            started, left = time.monotonic(), deadline - time.monotonic()
-            if left <= 1.0:
-                raise ChildFailure(TIMEOUT, f"the module's extension builds took longer than its limit of {timeout_s:.0f} s")
-            if len(builds) >= MAX_BUILDS:
-                reply = {"ok": False, "log": f"more than {MAX_BUILDS} extension builds for one module"}
-            elif build is None:
-                reply = {"ok": False, "log": "no builder"}
-            else:
-                reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)
-                if reply.get("ok") and reply.get("so_path"):
-                    reply = dict(reply, so_path=proc.receive_file(reply["so_path"]))
-            builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"), "seconds": round(time.monotonic() - started, 3)})
-            proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
-        elif isinstance(msg, Loaded) and confined:
-            return msg, builds
-        else:
-            proc.kill("broke the protocol")
-            raise ChildFailure(REJECTED, f"unexpected message {type(msg).__name__} while loading")
 
 
 class Referee:
@@ -445,23 +390,3 @@ class Referee:
         after = self.telemetry.read()
         self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}
         self.timing["throttled"] = any(t.get("throttled") for t in (self.telemetry_before, after) if t)
-
-
-def mapped_inputs(side: Side) -> list[tuple[int, int]]:
-    """Where a CPU side mapped its input buffer, as the kernel lists it (empty on CUDA)."""
-    pid = side.proc.harness_pid()
-    return input_mappings(pid) if side.proc.device == "cpu" and pid else []
-
-
-def changed_inputs(side: Side, slots: list[int], pristine: list[list]) -> list[int]:
-    """Slots whose inputs the side changed during its window. On CUDA the side maps the parent's own
-    allocation, so the parent's view shows any write; on CPU the side's private mapping is read back."""
-    if side.proc.device != "cpu":
-        return [k for k in slots if not side.buffer.unchanged(k, pristine[k])]
-    pid = side.proc.harness_pid()
-    return [k for k in slots if pid is None or not inputs_unchanged(pid, side.input_ranges, side.buffer.leaf_ranges(k), pristine[k])]
-
-
-def side_estimate(side: Side) -> float:
-    """Seconds the side's last window took (0 before its first)."""
-    return side.window.wall_s if side.window else 0.0

@@ -20,54 +20,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cuda_l1.evaluate import protocol
+from cuda_l1.evaluate import protocol, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
-from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
-
-# Variables a child may inherit; everything else is dropped. Even these are dropped if their name
-# looks like a credential.
-_ENV_ALLOW = re.compile(
-    r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|PYTHONPATH|PYTHONHASHSEED|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PATH|"
-    r"CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|CUDA_MODULE_LOADING|NVIDIA_[A-Z_]+|TORCH_CUDA_ARCH_LIST|"
-    r"OMP_NUM_THREADS|MKL_NUM_THREADS|NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)$"
-)
-_SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT|^AWS_|^HF_|^HUGGING|^OPENAI|"
-    r"^ANTHROPIC|^AZURE|^GOOGLE|^GCP|^GITHUB|^GH_|^WANDB|^DEEPSEEK|^MISTRAL|^COHERE|^TOGETHER|^GROQ)",
-    re.IGNORECASE,
-)
-
-
-def scrubbed_env(scratch: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _SECRET_NAME.search(k)}
-    env.update(
-        HOME=scratch,
-        TMPDIR=scratch,
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONUNBUFFERED="1",
-        PYTHONNOUSERSITE="1",
-        TRITON_CACHE_DIR=os.path.join(scratch, "triton"),
-        TORCHINDUCTOR_CACHE_DIR=os.path.join(scratch, "inductor"),
-        TORCH_EXTENSIONS_DIR=os.path.join(scratch, "torch_extensions"),
-        # Inductor's compile workers would outlive a call; compile in-process instead.
-        TORCHINDUCTOR_COMPILE_THREADS="1",
-        XDG_CACHE_HOME=os.path.join(scratch, "cache"),
-    )
-    if "PATH" not in env:
-        env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-    return env
-
+from cuda_l1.evaluate.confine import ConfinePlan
+from cuda_l1.evaluate.environment import scrubbed_env
+from cuda_l1.evaluate.probe import identity_uid, usable_plan
 
 @dataclass
 class SandboxConfig:
@@ -104,100 +70,6 @@ class ExitInfo:
     reason: str  # "exited", "running", "not started"
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
-def _stat_fields(pid: int) -> list[str]:
-    text = _read(f"/proc/{pid}/stat")
-    return text[text.rindex(")") + 2:].split() if ")" in text else []
-
-
-def _task_state(pid: int, task: str) -> str:
-    text = _read(f"/proc/{pid}/task/{task}/stat")
-    return text[text.rindex(")") + 2] if ")" in text else "X"
-
-
-def _identity_uid(read_paths: list[str]) -> int | None:
-    """The uid a side takes: nobody, when everything it must read is readable by nobody."""
-    if os.geteuid() != 0:
-        return None
-    import cuda_l1
-
-    needed = [sys.prefix, sys.base_prefix, sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"),
-              sysconfig.get_path("platlib"), os.path.dirname(os.path.abspath(cuda_l1.__file__))] + read_paths
-    return NOBODY if readable_by_others(needed) else None
-
-
-_PLANS: dict[tuple, str] = {}
-
-
-def usable_plan(config: SandboxConfig, device: str, plan: ConfinePlan) -> tuple[str, bool]:
-    """(namespaces, deny_unix_sockets): the strongest combination in which a fully confined side
-    still initialises this device (probed once per device and plan; the Unix-socket refusal is given
-    up before any namespace is)."""
-    if not sys.platform.startswith("linux"):
-        return "", plan.deny_unix_sockets
-    key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, config.namespaces)
-    if key not in _PLANS:
-        chosen = ("", False)
-        scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
-        sets = NAMESPACE_SETS[:-1] if config.namespaces else ("",)
-        try:
-            if plan.uid is not None:
-                os.chown(scratch, plan.uid, plan.uid)
-            trials = [(which, unix) for which in sets for unix in ((True, False) if plan.seccomp else (False,))]
-            for which, unix in trials:
-                trial = dataclasses.replace(plan, namespaces=which, deny_unix_sockets=unix, scratch=scratch)
-                if _probe(device, trial, scratch):
-                    chosen = (which, unix)
-                    break
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        _PLANS[key] = chosen
-    return _PLANS[key]
-
-
-def _probe(device: str, plan: ConfinePlan, scratch: str) -> bool:
-    """Start a side under `plan` and see the device work in it (on CUDA: IPC both ways, as the
-    evaluation needs)."""
-    cmd = [sys.executable, "-m", "cuda_l1.evaluate.child", "--probe", "--read-fd", "0", "--write-fd", "1",
-           "--device", device, "--plan", json.dumps(dataclasses.asdict(plan))]
-    if not device.startswith("cuda"):
-        return subprocess.run(cmd, env=scrubbed_env(scratch), cwd=scratch, capture_output=True, timeout=180).returncode == 0
-    import torch
-
-    from cuda_l1.evaluate import cudadrv
-
-    ptr = cudadrv.alloc(device, 4096)
-    mine = cudadrv.tensor_at(device, ptr, 4096)
-    mine.copy_(torch.arange(4096, device=device).remainder(251).to(torch.uint8))
-    torch.cuda.synchronize(device)
-    proc = subprocess.Popen(cmd + ["--probe-handle", cudadrv.export_base(ptr)], env=scrubbed_env(scratch), cwd=scratch,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        line = proc.stdout.readline()
-        reply = json.loads(line) if line.strip().startswith("{") else {}
-        if "handle" not in reply:
-            return False
-        base = cudadrv.open_handle(device, reply["handle"])
-        same = bool(torch.equal(cudadrv.tensor_at(device, base, 4096), mine))
-        cudadrv.close_handle(base)
-        return same
-    except (cudadrv.CudaDriverError, ValueError, OSError):
-        return False
-    finally:
-        try:
-            proc.communicate("\n", timeout=60)
-        except (subprocess.TimeoutExpired, OSError, ValueError):
-            proc.kill()
-        cudadrv.free(ptr)
-
-
 @dataclass
 class SideProcess:
     """One sandboxed side and its channel."""
@@ -222,7 +94,7 @@ class SideProcess:
         self = cls(config, device)
         self.scratch = tempfile.mkdtemp(prefix="cuda-l1-", dir=config.scratch_root)
         os.chmod(self.scratch, 0o700)
-        uid = _identity_uid(read_paths) if config.drop_identity else None
+        uid = identity_uid(read_paths) if config.drop_identity else None
         if uid is not None:
             os.chown(self.scratch, uid, uid)
         plan = ConfinePlan(scratch=self.scratch, landlock=config.landlock, seccomp=config.seccomp,
@@ -231,7 +103,7 @@ class SideProcess:
                            limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
                                    "open_files": config.open_files,
                                    "address_space_bytes": config.memory_bytes if device == "cpu" else None})
-        plan.namespaces, plan.deny_unix_sockets = usable_plan(config, device, plan)
+        plan.namespaces, plan.deny_unix_sockets = usable_plan(config.namespaces, device, plan)
         group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:
@@ -266,26 +138,14 @@ class SideProcess:
         the kernel lists them: children of every thread, recursively."""
         if self.proc is None:
             return []
-        if self._grouped():
-            return self.group.pids()
-        out, frontier = [], [self.proc.pid]
-        while frontier:
-            pid = frontier.pop()
-            out.append(pid)
-            try:
-                tasks = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for task in tasks:
-                frontier += [int(c) for c in _read(f"/proc/{pid}/task/{task}/children").split()]
-        return out
+        return self.group.pids() if self._grouped() else sigstop.process_tree(self.proc.pid)
 
     def harness_pid(self) -> int | None:
         """The process running the harness: the one inside the namespaces when there are any."""
         if self.proc is None:
             return None
         if "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not"):
-            children = _read(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
+            children = sigstop.read(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
             return int(children[0]) if children else None
         return self.proc.pid
 
@@ -299,12 +159,7 @@ class SideProcess:
 
     def cpu_ticks(self, pids: list[int] | None = None) -> int:
         """User + system CPU time of the tree, in clock ticks (threads that ended included)."""
-        total = 0
-        for pid in pids if pids is not None else self.tree():
-            f = _stat_fields(pid)
-            if len(f) > 14:
-                total += int(f[11]) + int(f[12])
-        return total
+        return sigstop.cpu_ticks(pids if pids is not None else self.tree())
 
     def memory_bytes(self) -> int:
         """Memory the side holds: what its cgroup is charged where that is accounted, otherwise the
@@ -315,7 +170,7 @@ class SideProcess:
                 return charged
         total = 0
         for pid in self.tree():
-            for line in _read(f"/proc/{pid}/status").splitlines():
+            for line in sigstop.read(f"/proc/{pid}/status").splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
         hpid = self.harness_pid()
@@ -346,29 +201,10 @@ class SideProcess:
             self.frozen = set(self.group.pids()) or {self.proc.pid}
             self._frozen_ticks = self.group.cpu_usec()
             return
-        for _ in range(50):  # a process that forks while being stopped shows up on the next pass
-            new = [p for p in self.tree() if p not in self.frozen]
-            if not new:
-                break
-            for pid in new:
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                except ProcessLookupError:
-                    pass
-            self.frozen.update(new)
-        deadline = time.monotonic() + timeout
         self._last_pid = self._ns_last_pid()
-        for pid in list(self.frozen):
-            try:
-                tasks = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue  # gone already
-            for task in tasks:
-                while _task_state(pid, task) not in "TtZX":
-                    if time.monotonic() > deadline:
-                        self.kill("could not be stopped")
-                        raise ChildFailure("rejected", "a process of the side could not be stopped between windows")
-                    time.sleep(0.00002)
+        if not sigstop.stop_tree(self.proc.pid, self.frozen, timeout):
+            self.kill("could not be stopped")
+            raise ChildFailure("rejected", "a process of the side could not be stopped between windows")
         self._frozen_ticks = self.cpu_ticks(sorted(self.frozen))
 
     def _ns_last_pid(self) -> int | None:
@@ -376,8 +212,7 @@ class SideProcess:
         hpid = self.harness_pid()
         if not hpid or "/proc of the namespace" not in self.notes.get("mounts", ""):
             return None
-        text = _read(f"/proc/{hpid}/root/proc/sys/kernel/ns_last_pid").strip()
-        return int(text) if text.isdigit() else None
+        return sigstop.ns_last_pid(hpid)
 
     def thaw(self) -> None:
         """Let the tree run again, after checking it did not run while stopped."""
@@ -398,11 +233,7 @@ class SideProcess:
         if forked or any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
             self.kill("ran while stopped")
             raise ChildFailure("rejected", "a process of the side ran while the side was stopped (it escaped the freeze)")
-        for pid in self.frozen:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        sigstop.resume(self.frozen)
         self.frozen = set()
 
     def receive_file(self, path: str) -> str:
@@ -446,7 +277,7 @@ class SideProcess:
                 self.kill("broke the protocol")
                 raise ChildFailure("rejected", f"the side sent an invalid frame ({exc})") from None
             try:
-                return protocol.decode(frame.header, from_side=True)
+                return validate.decode(frame.header, from_side=True)
             except protocol.ProtocolError as exc:
                 self.kill("broke the protocol")
                 raise ChildFailure("rejected", f"the side sent an invalid message ({exc})") from None

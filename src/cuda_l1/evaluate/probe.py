@@ -1,0 +1,97 @@
+"""Which confinement works on this machine: probed once per device by starting a real side.
+
+Some GPU drivers refuse to initialise, or to share memory, inside new namespaces or without Unix
+sockets; some installations cannot be read by an unprivileged uid. The probe starts a side with a
+plan and sees the device work in it (on CUDA, IPC in both directions, as the evaluation needs),
+trying weaker plans until one does. The chosen plan is reported in every verdict's `sandbox`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
+from cuda_l1.evaluate.environment import scrubbed_env
+
+
+def identity_uid(read_paths: list[str]) -> int | None:
+    """The uid a side takes: nobody, when everything it must read is readable by nobody."""
+    if os.geteuid() != 0:
+        return None
+    import cuda_l1
+
+    needed = [sys.prefix, sys.base_prefix, sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"),
+              sysconfig.get_path("platlib"), os.path.dirname(os.path.abspath(cuda_l1.__file__))] + read_paths
+    return NOBODY if readable_by_others(needed) else None
+
+
+_PLANS: dict[tuple, str] = {}
+
+
+def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, bool]:
+    """(namespaces, deny_unix_sockets): the strongest combination in which a fully confined side
+    still initialises this device (probed once per device and plan; the Unix-socket refusal is given
+    up before any namespace is)."""
+    if not sys.platform.startswith("linux"):
+        return "", plan.deny_unix_sockets
+    key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, namespaces)
+    if key not in _PLANS:
+        chosen = ("", False)
+        scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
+        sets = NAMESPACE_SETS[:-1] if namespaces else ("",)
+        try:
+            if plan.uid is not None:
+                os.chown(scratch, plan.uid, plan.uid)
+            trials = [(which, unix) for which in sets for unix in ((True, False) if plan.seccomp else (False,))]
+            for which, unix in trials:
+                trial = dataclasses.replace(plan, namespaces=which, deny_unix_sockets=unix, scratch=scratch)
+                if _probe(device, trial, scratch):
+                    chosen = (which, unix)
+                    break
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        _PLANS[key] = chosen
+    return _PLANS[key]
+
+
+def _probe(device: str, plan: ConfinePlan, scratch: str) -> bool:
+    """Start a side under `plan` and see the device work in it (on CUDA: IPC both ways, as the
+    evaluation needs)."""
+    cmd = [sys.executable, "-m", "cuda_l1.evaluate.child", "--probe", "--read-fd", "0", "--write-fd", "1",
+           "--device", device, "--plan", json.dumps(dataclasses.asdict(plan))]
+    if not device.startswith("cuda"):
+        return subprocess.run(cmd, env=scrubbed_env(scratch), cwd=scratch, capture_output=True, timeout=180).returncode == 0
+    import torch
+
+    from cuda_l1.evaluate import cudadrv
+
+    ptr = cudadrv.alloc(device, 4096)
+    mine = cudadrv.tensor_at(device, ptr, 4096)
+    mine.copy_(torch.arange(4096, device=device).remainder(251).to(torch.uint8))
+    torch.cuda.synchronize(device)
+    proc = subprocess.Popen(cmd + ["--probe-handle", cudadrv.export_base(ptr)], env=scrubbed_env(scratch), cwd=scratch,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        reply = json.loads(line) if line.strip().startswith("{") else {}
+        if "handle" not in reply:
+            return False
+        base = cudadrv.open_handle(device, reply["handle"])
+        same = bool(torch.equal(cudadrv.tensor_at(device, base, 4096), mine))
+        cudadrv.close_handle(base)
+        return same
+    except (cudadrv.CudaDriverError, ValueError, OSError):
+        return False
+    finally:
+        try:
+            proc.communicate("\n", timeout=60)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            proc.kill()
+        cudadrv.free(ptr)

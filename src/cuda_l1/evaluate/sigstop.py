@@ -1,0 +1,98 @@
+"""Stopping a process tree without a cgroup: SIGSTOP to every process, and the checks behind it.
+
+The fallback where no cgroup v2 can be made (cgroup.py). Its weakness is a race: a fork in flight
+while the tree is listed links its child only at the end, after the listing, and that child runs on.
+Two checks catch what such a child leaves behind: the tree must not have grown, nor used CPU time,
+while stopped; and, in a PID namespace with its own /proc, the namespace's last pid must not have
+moved (a child that ran and exited before the check still took a pid).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def stat_fields(pid: int) -> list[str]:
+    text = read(f"/proc/{pid}/stat")
+    return text[text.rindex(")") + 2:].split() if ")" in text else []
+
+
+def _task_state(pid: int, task: str) -> str:
+    text = read(f"/proc/{pid}/task/{task}/stat")
+    return text[text.rindex(")") + 2] if ")" in text else "X"
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and all its descendants, as the kernel lists them: children of every thread, recursively."""
+    out, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            frontier += [int(c) for c in read(f"/proc/{pid}/task/{task}/children").split()]
+    return out
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    """User + system CPU time of these processes, in clock ticks (ended threads included)."""
+    total = 0
+    for pid in pids:
+        f = stat_fields(pid)
+        if len(f) > 14:
+            total += int(f[11]) + int(f[12])
+    return total
+
+
+def ns_last_pid(harness_pid: int) -> int | None:
+    """The last pid handed out in the PID namespace whose /proc the harness mounted."""
+    text = read(f"/proc/{harness_pid}/root/proc/sys/kernel/ns_last_pid").strip()
+    return int(text) if text.isdigit() else None
+
+
+def stop_tree(root: int, stopped: set[int], timeout: float) -> bool:
+    """SIGSTOP every process of the tree (adding them to `stopped`) and wait until each of their
+    threads is stopped; False if one would not stop in time."""
+    for _ in range(50):  # a process that forks while being stopped shows up on the next pass
+        new = [p for p in process_tree(root) if p not in stopped]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        stopped.update(new)
+    deadline = time.monotonic() + timeout
+    for pid in list(stopped):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone already
+        for task in tasks:
+            while _task_state(pid, task) not in "TtZX":
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.00002)
+    return True
+
+
+def resume(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
