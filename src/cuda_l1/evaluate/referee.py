@@ -255,6 +255,11 @@ class Referee:
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
         calls = cand.ran.calls
+        expected = len(ref.ran.calls[0].leaves) if ref.ran.calls else 0
+        if any(len(call.leaves) != expected for call in calls):  # before anything costs per leaf
+            self._fail("output_structure", INCORRECT,
+                       f"a call returned a different number of outputs than the reference's {expected}")
+            return
         # The harness keeps the previous window's outputs alive, so nothing of this window may share
         # their memory either: a static buffer is seen even in windows of one call.
         shared = verify.shared_storage(calls) or verify.shared_storage(self.previous_calls + calls)

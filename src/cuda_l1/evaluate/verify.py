@@ -72,17 +72,18 @@ def _span(ref: LeafRef) -> tuple[str, int, int]:
 
 def shared_storage(calls: list[CallOutputs]) -> str | None:
     """Outputs of different calls of one window that share memory: a static buffer reused per call,
-    which overwrites what an earlier caller already received."""
-    seen: list[tuple[int, tuple[str, int, int]]] = []
-    for index, call in enumerate(calls):
-        for leaf in call.leaves:
-            if leaf.kind != "tensor" or leaf.numel() == 0:
-                continue
-            span = _span(leaf)
-            for other, (alloc, lo, hi) in seen:
-                if other != index and alloc == span[0] and lo < span[2] and span[1] < hi:
-                    return f"calls {other + 1} and {index + 1} of one window returned outputs in the same memory"
-            seen.append((index, span))
+    which overwrites what an earlier caller already received. (Sorted by address and swept once, so
+    a window of many calls with many outputs costs the parent n log n, not n squared.)"""
+    spans = sorted((_span(leaf), index) for index, call in enumerate(calls) for leaf in call.leaves
+                   if leaf.kind == "tensor" and leaf.numel())
+    reach: dict[str, tuple[int, int]] = {}  # allocation -> (furthest end so far, the call it belongs to)
+    for (alloc, lo, hi), index in spans:
+        end, owner = reach.get(alloc, (-1, -1))
+        if lo < end and owner != index:
+            first, second = sorted((owner, index))
+            return f"calls {first + 1} and {second + 1} of one window returned outputs in the same memory"
+        if hi > end:
+            reach[alloc] = (hi, index)
     return None
 
 
