@@ -302,8 +302,8 @@ class Side:
                     results.append(LeafVerdict(False, unreadable=str(exc)))
                     continue
                 o = oracle[index] if oracle is not None and isinstance(oracle[index], torch.Tensor) else None
-                results.append(judge.judge_leaf(cand, ref, o, msg.mode, msg.bound if msg.bound >= 0 else None, rng,
-                                                msg.spots, tolerance))
+                bound = msg.bounds[index] if index < len(msg.bounds) and msg.bounds[index] >= 0 else None
+                results.append(judge.judge_leaf(cand, ref, o, msg.mode, bound, rng, msg.spots, tolerance))
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
             self.send(Verified(False, f"{type(exc).__name__}: {exc}"))

@@ -5,9 +5,10 @@ In this order, each layer reported back so the verdict says what was enforced on
 1. `cpu_core`: pinned to the core both sides are timed on (CPU evaluations); seccomp then forbids
    changing it.
 2. `namespaces`: new PID (the harness is PID 1: everything the side starts dies with it, and no
-   outside process can be named), network (no network at all) and mount namespaces; a user namespace
-   too when not started as root.
-3. `mounts`: a private, size-limited tmpfs on /dev/shm and a /proc that shows only the namespace.
+   outside process can be named), network (no network at all), mount and IPC (SysV objects die with
+   the side and no host one can be reached) namespaces; a user namespace too when not started as root.
+3. `mounts`: private, size-limited tmpfs mounts on /dev/shm and on the scratch directory (writes are
+   memory, counted, and vanish with the side), and a /proc that shows only the namespace.
 4. `rlimits`: CPU time, file size, open files, core dumps, and (CPU evaluations) address space.
 5. `identity`: an unprivileged uid (65534) when the interpreter and packages are readable by one;
    otherwise uid 0 stays but every capability is dropped (bounding, ambient, effective, permitted)
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from cuda_l1.evaluate import landlock, seccomp
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -45,7 +47,7 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SECUREBITS_LOCKED = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # noroot, no_setuid_fixup, keep_caps, ambient: locked
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 2, 4, 8
 NOBODY = 65534
-NAMESPACE_SETS = ("pid+net+mnt", "pid+net", "net", "pid", "")  # tried in this order when a GPU driver refuses one
+NAMESPACE_SETS = ("pid+net+mnt+ipc", "pid+net+mnt", "pid+net", "net", "pid", "")  # tried in order while a device refuses one
 
 _lib, _errno_text = landlock.libc, landlock.errno_text
 
@@ -58,11 +60,12 @@ class ConfinePlan:
     namespaces: str = "pid+net+mnt"  # a subset of pid, net, mnt joined by '+', or '' for none
     landlock: bool = True  # filesystem (and TCP, signal) rules
     seccomp: bool = True  # the system-call filter
-    deny_unix_sockets: bool = True  # seccomp also refuses socket(AF_UNIX) (dropped only if a device needs it)
+    deny_unix_sockets: bool = True  # seccomp allows sockets of the IP families only (dropped only if a device needs others)
     drop_identity: bool = True  # unprivileged uid where possible, otherwise no capabilities
     uid: int | None = None  # the uid to take when dropping identity (None: keep uid, drop capabilities)
     cpu_core: int | None = None  # pin to this core (CPU evaluations)
     shm_bytes: int = 64 << 20  # size of the private /dev/shm
+    scratch_bytes: int = 4 << 30  # size of the tmpfs the scratch directory becomes (mount namespace)
     read_paths: list[str] = field(default_factory=list)  # extra readable directories (the build cache)
     limits: dict = field(default_factory=dict)  # cpu_s, file_bytes, open_files, address_space_bytes
     cgroup_procs: str = ""  # the side's own cgroup (its cgroup.procs file): joined before anything else
@@ -76,13 +79,13 @@ def die_with_parent() -> None:
 
 # -- namespaces ------------------------------------------------------------------------------------
 def enter_namespaces(which: str) -> tuple[bool, str]:
-    """unshare() the namespaces named in `which` (pid, net, mnt). After a new PID namespace the caller
-    must fork: its child becomes PID 1."""
+    """unshare() the namespaces named in `which` (pid, net, mnt, ipc). After a new PID namespace the
+    caller must fork: its child becomes PID 1."""
     if not sys.platform.startswith("linux"):
         return False, "not Linux"
     parts = set(filter(None, which.split("+")))
     flags = ((CLONE_NEWPID if "pid" in parts else 0) | (CLONE_NEWNET if "net" in parts else 0)
-             | (CLONE_NEWNS if "mnt" in parts else 0))
+             | (CLONE_NEWNS if "mnt" in parts else 0) | (CLONE_NEWIPC if "ipc" in parts else 0))
     if not flags:
         return False, "none requested"
     uid, gid = os.geteuid(), os.getegid()
@@ -105,12 +108,19 @@ def _mount(source: bytes, target: bytes, fstype: bytes | None, flags: int, data:
     return _lib().mount(source, target, fstype, ctypes.c_ulong(flags), data) == 0
 
 
-def private_mounts(shm_bytes: int, new_proc: bool) -> str:
-    """Inside a new mount namespace: stop propagation, give /dev/shm a private size-limited tmpfs and
-    (in a new PID namespace) mount a /proc that shows only this namespace."""
+def private_mounts(shm_bytes: int, new_proc: bool, scratch: str = "", scratch_bytes: int = 0,
+                   uid: int | None = None) -> str:
+    """Inside a new mount namespace: stop propagation, give /dev/shm and the scratch directory private
+    size-limited tmpfs mounts (what is written there is memory, counted, and gone with the side; not
+    the host's disk) and (in a new PID namespace) mount a /proc that shows only this namespace."""
     done = []
     if not _mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None):
         return f"not enforced: {_errno_text()}"
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    if scratch and scratch_bytes and _mount(b"tmpfs", scratch.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                                            f"size={int(scratch_bytes)},mode=0700{owner}".encode()):
+        os.chdir(scratch)  # the working directory is the new mount, not the directory under it
+        done.append(f"scratch tmpfs ({scratch_bytes >> 20} MiB)")
     if os.path.isdir("/dev/shm") and _mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV,
                                             f"size={int(shm_bytes)},mode=1777".encode()):
         done.append(f"/dev/shm private ({shm_bytes >> 20} MiB)")
@@ -236,7 +246,7 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
                 _wait_and_mirror(pid)
             die_with_parent()
         if ok and "mnt" in which:
-            notes["mounts"] = private_mounts(plan.shm_bytes, new_proc="pid" in which)
+            notes["mounts"] = private_mounts(plan.shm_bytes, "pid" in which, plan.scratch, plan.scratch_bytes, plan.uid)
     notes["rlimits"] = ", ".join(f"{k}={v}" for k, v in apply_rlimits(**plan.limits).items())
     notes["identity"] = drop_identity(plan.uid) if plan.drop_identity else "disabled by configuration"
     if plan.landlock:

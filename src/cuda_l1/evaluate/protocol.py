@@ -136,7 +136,7 @@ class Verify:
     ref_index: int  # which call of the reference's last run
     slot: int  # the input slot of that call (for the float64 oracle)
     mode: str  # "spots" | "full" | "oracle"
-    bound: float  # allowed difference for spots/full (negative: none known yet, compare against the oracle)
+    bounds: list[float]  # allowed difference per output for spots/full (negative: none known yet: the oracle)
     seed: int  # positions for spot checks are drawn from this (chosen by the parent after the window)
     spots: int
     leaves: list[LeafRef]

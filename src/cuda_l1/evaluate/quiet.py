@@ -44,12 +44,16 @@ class Quiet:
         self.buffer = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device) if flush else None
         if self.gpu:
             self.one = torch.zeros(1, device=device)
+            # A probe kernel shows pending compute in another context; a small device-to-device copy
+            # goes to the copy engines, so pending copies (a side's hidden delay line) show too.
+            self.src, self.dst = torch.zeros(1 << 16, device=device), torch.empty(1 << 16, device=device)
             samples = sorted(self._probe() for _ in range(40))
             self.idle_s = samples[len(samples) // 2]
 
     def _probe(self) -> float:
         t0 = time.perf_counter()
         self.one.add_(1.0)
+        self.dst.copy_(self.src)
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - t0
 

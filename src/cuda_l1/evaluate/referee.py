@@ -42,7 +42,7 @@ class Referee:
         self.status: str | None = None
         self.timing: dict = {}
         self.builds: list[dict] = []
-        self.comparisons = []
+        self.comparisons: dict[int, list] = {}  # output position -> its full comparisons so far
         self.rng = random.Random(secrets.randbits(64))
         self.estimate: timing.Estimate | None = None
         self.cand: Side | None = None
@@ -171,11 +171,14 @@ class Referee:
                 self._fail("no_input_aliasing", REJECTED, f"an output of call {index + 1} lies in the candidate's input buffer")
         if self.status is not None:
             return
-        bound = verify.spot_bound(self.comparisons) if self.comparisons else None
+        # One bound per output position, from that output's own full comparisons: a small output does
+        # not inherit the tolerance of a large one.
+        bounds = [verify.spot_bound(self.comparisons[pos]) if self.comparisons.get(pos) else None
+                  for pos in range(len(ref_call.leaves))]
         if self.config.device.startswith("cuda"):
-            results = self._verify_on_reference(cand_call, ref_index, index, mode, bound)
+            results = self._verify_on_reference(cand_call, ref_index, index, mode, bounds)
         else:
-            results = self._verify_here(cand_call, ref_call, index, mode, bound)
+            results = self._verify_here(cand_call, ref_call, index, mode, bounds)
         for pos, (res, ref_leaf) in enumerate(zip(results, ref_call.leaves)):
             if ref_leaf.kind != "tensor":
                 continue
@@ -183,13 +186,13 @@ class Referee:
                 self._fail("outputs_readable", REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
                 continue
             if res.compared:
-                self.comparisons.append(Comparison(res.ok, res.detail, res.candidate_error, res.allowed_error,
-                                                   res.reference_error))
+                self.comparisons.setdefault(pos, []).append(Comparison(res.ok, res.detail, res.candidate_error,
+                                                                       res.allowed_error, res.reference_error))
             if not res.ok:
                 where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
                 self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
 
-    def _verify_here(self, cand_call, ref_call, slot: int, mode: str, bound: float | None) -> list[LeafVerdict]:
+    def _verify_here(self, cand_call, ref_call, slot: int, mode: str, bounds: list) -> list[LeafVerdict]:
         """CPU: the parent reads both sides' outputs from their memory and compares them itself."""
         ref_leaves = []
         for leaf in ref_call.leaves:
@@ -210,15 +213,15 @@ class Referee:
                 results.append(LeafVerdict(False, unreadable=str(exc)))
                 continue
             o = oracle[pos] if oracle else None
-            results.append(verify.judge_leaf(cand, ref, o, mode, bound, self.rng, self.config.timing.spot_checks,
+            results.append(verify.judge_leaf(cand, ref, o, mode, bounds[pos], self.rng, self.config.timing.spot_checks,
                                              self.config.tolerance))
         return results
 
-    def _verify_on_reference(self, cand_call, ref_index: int, slot: int, mode: str, bound: float | None) -> list[LeafVerdict]:
+    def _verify_on_reference(self, cand_call, ref_index: int, slot: int, mode: str, bounds: list) -> list[LeafVerdict]:
         """CUDA: the reference's side reads the candidate's outputs through their IPC handles and compares
         them with its own, which are never shared (protocol.Verify); positions are drawn here, now."""
         ref = self.env.ref
-        request = Verify(ref_index, slot, mode, -1.0 if bound is None else bound, self.rng.randrange(1 << 62),
+        request = Verify(ref_index, slot, mode, [-1.0 if b is None else b for b in bounds], self.rng.randrange(1 << 62),
                          self.config.timing.spot_checks, cand_call.leaves, dataclasses.asdict(self.config.tolerance))
         ref.proc.thaw()
         try:
@@ -343,12 +346,14 @@ class Referee:
                 ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
                 cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
             else:
-                # One number of calls for both sides, sized on the slower one: whatever the fixed
-                # overhead's estimate gets wrong then weighs the same on both and pulls the speedup
-                # toward 1, and a side gains nothing by changing how many calls its windows get.
-                per_call = max(max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
-                               for side in (env.ref, self.cand))
-                n = timing.calls_for(per_call, tc.window_s, env.n_slots)
+                # One number of calls for both sides, sized on the reference (so the candidate does not
+                # choose it): whatever the fixed overhead's estimate gets wrong then weighs the same on
+                # both and pulls the speedup toward 1. Only a candidate far slower than the reference
+                # shortens its windows, to keep them within 20 target lengths.
+                per_call = {side.name: max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
+                            for side in (env.ref, self.cand)}
+                n = min(timing.calls_for(per_call["reference"], tc.window_s, env.n_slots),
+                        timing.calls_for(per_call["candidate"], 20 * tc.window_s, env.n_slots))
                 plan = {"reference": n, "candidate": n}
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
@@ -370,10 +375,11 @@ class Referee:
         for name in ("forward_runs", "output_structure", "output_type", "dtype", "shape", "device", "strides",
                      "no_input_aliasing", "output_ownership", "inputs_unchanged", "outputs_readable"):
             self._check(name, True)
-        worst = max(self.comparisons, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
+        compared = [c for cs in self.comparisons.values() for c in cs]
+        worst = max(compared, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
                     default=None)
         note = f" (no float64 oracle: {self.env.oracle_unavailable[:200]})" if self.env.oracle_unavailable else ""
-        self._check("correctness", True, f"{len(self.comparisons)} outputs in full against float64, the rest at "
+        self._check("correctness", True, f"{len(compared)} outputs in full against float64, the rest at "
                     f"{tc.spot_checks} positions each; worst: {worst.detail if worst else 'n/a'}{note}")
         self._check("frozen_between_windows", True, "every process of both sides was stopped outside its windows")
         hidden = self.cand.window.idle_wait_s if self.cand.window else 0.0

@@ -133,15 +133,20 @@ def inputs_unchanged(pid: int, ranges: list[tuple[int, int]], leaf_ranges: list,
     return True
 
 
-def input_mappings(pid: int) -> list[tuple[int, int]]:
-    """Address ranges where a CPU side mapped its input buffer (from the kernel's view, /proc/PID/maps)."""
+def input_mappings(pid: int, device_inode: tuple[int, int] | None = None) -> list[tuple[int, int]]:
+    """Address ranges where a CPU side mapped its input buffer, from the kernel's view (/proc/PID/maps),
+    matched by the buffer's own inode (a side could map a decoy under the same name)."""
     ranges = []
     try:
         with open(f"/proc/{pid}/maps") as fh:
             for line in fh:
-                if "memfd:cuda-l1-inputs" in line:
-                    lo, hi = line.split()[0].split("-")
-                    ranges.append((int(lo, 16), int(hi, 16)))
-    except OSError:
+                parts = line.split()
+                if len(parts) < 6 or "memfd:cuda-l1-inputs" not in line:
+                    continue
+                if device_inode is not None and int(parts[4]) != device_inode[1]:
+                    continue
+                lo, hi = parts[0].split("-")
+                ranges.append((int(lo, 16), int(hi, 16)))
+    except (OSError, ValueError):
         pass
     return ranges

@@ -46,6 +46,7 @@ class SandboxConfig:
     cgroup: bool = True  # a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made
     memory_bytes: int = 16 * 2**30  # resident memory of the side's process tree plus its /dev/shm
     shm_bytes: int = 64 * 2**20  # size of the side's private /dev/shm
+    scratch_bytes: int = 4 * 2**30  # size of the side's scratch directory (a tmpfs where mount namespaces work)
     max_processes: int = 32  # processes in the side's tree (fork bombs end here)
     cpu_seconds: int = 3600  # RLIMIT_CPU
     file_bytes: int = 512 * 2**20  # RLIMIT_FSIZE: largest file the side may write
@@ -99,6 +100,7 @@ class SideProcess:
             os.chown(self.scratch, uid, uid)
         plan = ConfinePlan(scratch=self.scratch, landlock=config.landlock, seccomp=config.seccomp,
                            drop_identity=config.drop_identity, uid=uid, cpu_core=cpu_core, shm_bytes=config.shm_bytes,
+                           scratch_bytes=config.scratch_bytes,
                            read_paths=list(read_paths),
                            limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
                                    "open_files": config.open_files,
@@ -174,12 +176,36 @@ class SideProcess:
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
         hpid = self.harness_pid()
-        if hpid and "/dev/shm private" in self.notes.get("mounts", ""):
+        mounts = self.notes.get("mounts", "")
+        for private, path in (("/dev/shm private", "/dev/shm"), ("scratch tmpfs", self.scratch)):
+            if hpid and private in mounts:
+                try:
+                    st = os.statvfs(f"/proc/{hpid}/root{path}")
+                    total += (st.f_blocks - st.f_bfree) * st.f_frsize
+                except OSError:
+                    pass
+        return total + self._memfd_bytes()
+
+    def _memfd_bytes(self) -> int:
+        """Bytes of memfds the tree holds open: pages written to one are memory nobody maps (the
+        parent's own input buffer, which the side holds read-only, is not the side's)."""
+        seen, total = set(), 0
+        own = os.fstat(self.inputs_fd).st_ino if self.inputs_fd >= 0 else None
+        for pid in self.tree():
             try:
-                st = os.statvfs(f"/proc/{hpid}/root/dev/shm")
-                total += (st.f_blocks - st.f_bfree) * st.f_frsize
+                fds = os.listdir(f"/proc/{pid}/fd")
             except OSError:
-                pass
+                continue
+            for fd in fds:
+                try:
+                    if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                        continue
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if st.st_ino != own and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
         return total
 
     def watch(self) -> None:
@@ -239,14 +265,18 @@ class SideProcess:
     def receive_file(self, path: str) -> str:
         """Give the side a file of the parent's (a built extension) in its scratch directory, so the
         side never needs to read the build cache, where other candidates' sources and logs live."""
+        hpid = self.harness_pid()
+        # Where the scratch directory is the side's own tmpfs, the parent reaches it through the
+        # side's view of the filesystem.
+        root = f"/proc/{hpid}/root" if hpid and "scratch tmpfs" in self.notes.get("mounts", "") else ""
         target = os.path.join(self.scratch, "ext", os.path.basename(path))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if not os.path.exists(target):
+        os.makedirs(os.path.dirname(root + target), exist_ok=True)
+        if not os.path.exists(root + target):
             try:
-                os.link(path, target)
+                os.link(path, root + target)
             except OSError:  # another filesystem
-                shutil.copy2(path, target)
-            os.chmod(os.path.dirname(target), 0o755)
+                shutil.copy2(path, root + target)
+            os.chmod(os.path.dirname(root + target), 0o755)
         return target
 
     # -- talking ----------------------------------------------------------------------------------

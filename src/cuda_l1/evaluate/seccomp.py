@@ -1,8 +1,9 @@
 """A seccomp filter that refuses what a side must not do to the measurement or to other processes.
 
 Refused (EPERM): changing its scheduling class, priority or CPU affinity (which would let it outrun
-the other side or escape the core it is timed on), Unix-domain sockets (socket(AF_UNIX): the host's
-sockets are files, which Landlock's rules do not cover for connect()), ptrace and cross-process memory access, new
+the other side or escape the core it is timed on), sockets other than IP ones (the host's Unix sockets
+are files, which Landlock's rules do not cover for connect(); vsock is not namespaced), SysV IPC and
+POSIX message queues, ptrace and cross-process memory access, new
 namespaces (clone with CLONE_NEW*, unshare, setns), mounts, kernel keyrings, BPF, perf events,
 userfaultfd, io_uring (whose operations bypass seccomp), module loading, kexec, reboot, swap.
 clone3 answers ENOSYS so that the C library falls back to clone, whose flags a filter can read.
@@ -29,7 +30,8 @@ _DENIED = {
                "finit_module": 313, "delete_module": 176, "keyctl": 250, "add_key": 248, "request_key": 249,
                "userfaultfd": 323, "ioprio_set": 251, "iopl": 172, "ioperm": 173, "swapon": 167, "swapoff": 168,
                "reboot": 169, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-               "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440},
+               "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440,
+               "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240},
     "aarch64": {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "sched_setparam": 118,
                 "sched_setscheduler": 119, "sched_setaffinity": 122, "sched_setattr": 274, "setpriority": 140,
                 "perf_event_open": 241, "bpf": 280, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
@@ -37,11 +39,12 @@ _DENIED = {
                 "finit_module": 273, "delete_module": 106, "keyctl": 219, "add_key": 217, "request_key": 218,
                 "userfaultfd": 282, "ioprio_set": 30, "swapon": 224, "swapoff": 225, "reboot": 142,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
-                "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440},
+                "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440,
+                "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180},
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
-_AF_UNIX = 1
+_AF_INET, _AF_INET6 = 2, 10
 _CLONE3 = 435
 _SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -67,10 +70,13 @@ def build_filter(arch: str, deny_unix_sockets: bool = True) -> bytes:
         prog += [_ins(_JGE, 0x40000000, 0, 1), _ins(_RET, deny)]  # the x32 ABI
     for nr in sorted(_DENIED[arch].values()):
         prog += [_ins(_JEQ, nr, 0, 1), _ins(_RET, deny)]
-    if deny_unix_sockets:  # socket(AF_UNIX, ...): the host's Unix sockets (Ray, docker, dbus) are files
-        prog += [_ins(_JEQ, _SOCKET[arch], 0, 4),  # Landlock does not cover connect(); socketpair stays allowed
+    if deny_unix_sockets:  # socket() of the IP families only, inert in the empty network namespace:
+        # not AF_UNIX (the host's sockets are files Landlock does not guard against connect()), not
+        # AF_VSOCK (not namespaced: it reaches a VM's host), not netlink or packet sockets. socketpair stays.
+        prog += [_ins(_JEQ, _SOCKET[arch], 0, 5),
                  _ins(_LD_ABS_W, 16),
-                 _ins(_JEQ, _AF_UNIX, 0, 1),
+                 _ins(_JEQ, _AF_INET, 2, 0),
+                 _ins(_JEQ, _AF_INET6, 1, 0),
                  _ins(_RET, deny),
                  _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _CLONE3, 0, 1), _ins(_RET, _ERRNO | errno.ENOSYS),
@@ -103,5 +109,5 @@ def apply_filter(deny_unix_sockets: bool = True) -> tuple[bool, str]:
                       ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
     if rc != 0:
         return False, f"seccomp failed: {os.strerror(ctypes.get_errno()) if rc < 0 else f'thread {rc} could not sync'}"
-    unix = ", Unix sockets" if deny_unix_sockets else ""
+    unix = ", non-IP sockets" if deny_unix_sockets else ""
     return True, f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, ptrace, namespaces{unix}, ...)"

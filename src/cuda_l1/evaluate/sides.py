@@ -3,6 +3,7 @@ parent's builds) and checking, from outside, that it left its inputs alone."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -72,7 +73,13 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
 def mapped_inputs(side: Side) -> list[tuple[int, int]]:
     """Where a CPU side mapped its input buffer, as the kernel lists it (empty on CUDA)."""
     pid = side.proc.harness_pid()
-    return input_mappings(pid) if side.proc.device == "cpu" and pid else []
+    if side.proc.device != "cpu" or not pid or side.proc.inputs_fd < 0:
+        return []
+    st = os.fstat(side.proc.inputs_fd)
+    ranges = input_mappings(pid, (st.st_dev, st.st_ino))
+    if len(ranges) != 1:  # the buffer is mapped once, whole; anything else is not the harness's doing
+        raise ChildFailure(REJECTED, "the side's input buffer is not mapped as the harness maps it")
+    return ranges
 
 
 def changed_inputs(side: Side, slots: list[int], pristine: list[list]) -> list[int]:

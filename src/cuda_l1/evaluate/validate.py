@@ -238,7 +238,7 @@ def _check_verify(h) -> Verify:
     if type(tol) is not dict:
         raise ProtocolError("verify: tolerance must be an object")
     return Verify(_int(h.get("ref_index"), "ref_index", 0, MAX_CALLS), _int(h.get("slot"), "slot", 0, MAX_CALLS), mode,
-                  _anyfloat(h.get("bound"), "bound"), _int(h.get("seed"), "seed"), _int(h.get("spots"), "spots", 0, 1 << 20),
+                  [_anyfloat(b, "bound") for b in _list(h.get("bounds"), "bounds", MAX_LEAVES)], _int(h.get("seed"), "seed"), _int(h.get("spots"), "spots", 0, 1 << 20),
                   [leaf_ref(x) for x in _list(h.get("leaves"), "leaves", MAX_LEAVES)], tol)
 
 
