@@ -66,7 +66,9 @@ def main() -> None:
                        "raw": verdict.raw_speedup, "score": verdict.speedup, "ci": verdict.ci,
                        "reference_ms": verdict.reference_ms, "candidate_ms": verdict.candidate_ms,
                        "rounds": verdict.timing.get("rounds"), "calls_per_window": verdict.timing.get("calls_per_window"),
-                       "failed_checks": failed, "reasons": [r[:300] for r in verdict.reasons],
+                       "failed_checks": failed,
+                       # the whole reason where the verdict was unexpected (a traceback ends with its cause)
+                       "reasons": [r[:300] if _meets(case, verdict) else r[-3000:] for r in verdict.reasons],
                        "sandbox": verdict.sandbox, "log_tail": verdict.log[-600:] if not _meets(case, verdict) else ""}
             row["seconds"] = round(time.perf_counter() - t0, 2)
             print(json.dumps(row), flush=True)

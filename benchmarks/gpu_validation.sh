@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# The evaluator's GPU validation in one go, each step under its own time limit, every result under OUT:
-#   bash benchmarks/gpu_validation.sh OUT [quick]
-# 1. the GPU-marked evaluator tests (adversarial corpus on the GPU, faults, identical code),
-# 2. verdicts on the GPU corpus with full timing (one JSON line each),
-# 3. identical code over the built-in suite (raw within 2% / scored 1.00),
-# 4. throughput of a mixed batch through the local pool.
+# The evaluator's GPU validation, each step under its own time limit, every result under OUT:
+#   bash benchmarks/gpu_validation.sh OUT [STEP ...]
+# Steps (default: all, in this order):
+#   smoke       two verdicts (identical matmul, side-stream hiding) with their logs; the steps after it
+#               are skipped when identical code is not accepted, since nothing else could be judged
+#   gpu-tests   the GPU-marked evaluator tests (adversarial corpus on the GPU, faults, identical code)
+#   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each)
+#   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing)
+#   identical   identical code over the built-in suite (raw within 2% / scored 1.00)
+#   throughput  a mixed batch through the local pool
+#   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
 set -u
-out="${1:?usage: gpu_validation.sh OUT [quick]}"
-mode="${2:-full}"
+out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
+shift
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-tests gpu-corpus identical throughput main-job)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 py="${PYTHON:-python3}"
@@ -22,15 +29,35 @@ py="${PYTHON:-python3}"
 step() {  # step NAME SECONDS COMMAND...
   local name="$1" limit="$2"; shift 2
   local start=$(date +%s)
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  timeout -s INT -k 20 "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   echo "$name: rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$out/steps.txt"
+  return $rc
 }
 
-quick=()
-[ "$mode" = quick ] && quick=(--quick)
-step gpu-tests 420 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_adversarial_gpu.py tests/test_build.py
-step gpu-corpus 420 "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu "${quick[@]}" --out "$out/gpu-corpus.jsonl"
-step identical 480 "$py" benchmarks/identical_suite.py --device cuda --out "$out/identical-gpu.json"
-step throughput 300 "$py" benchmarks/throughput.py --device cuda --limit 8 --out "$out/throughput.json"
+for s in "${steps[@]}"; do
+  case "$s" in
+    smoke)
+      step smoke "${SMOKE_S:-150}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
+        --names "${SMOKE_CASES:-identical_matmul,side_stream}" --out "$out/smoke.jsonl"
+      if ! grep -q '"case": "identical_matmul".*"met": true' "$out/smoke.jsonl" 2>/dev/null; then
+        echo "smoke failed: identical code not accepted; later steps skipped" | tee -a "$out/steps.txt"
+        tail -c 4000 "$out/smoke.log"
+        exit 1
+      fi ;;
+    gpu-tests) step gpu-tests "${GPU_TESTS_S:-300}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
+        tests/test_adversarial_gpu.py tests/test_build.py ;;
+    gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
+        --out "$out/gpu-corpus.jsonl" ;;
+    cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
+        --quick --out "$out/cpu-corpus.jsonl" ;;
+    identical) step identical "${IDENTICAL_S:-400}" "$py" benchmarks/identical_suite.py --device cuda \
+        --out "$out/identical-gpu.json" ;;
+    throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
+        --out "$out/throughput.json" ;;
+    main-job) step main-job "${MAIN_JOB_S:-540}" bash -c \
+        "time $py -m cuda_l1 optimize builtin --out /tmp/runs-builtin ${MAIN_JOB_ARGS:-}; cp /tmp/runs-builtin/*.json /tmp/runs-builtin/*.md '$out/' 2>/dev/null; true" ;;
+    *) echo "unknown step: $s" >&2; exit 2 ;;
+  esac
+done
 tail -n 3 "$out"/*.log

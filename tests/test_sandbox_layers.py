@@ -67,7 +67,7 @@ import json, os, sys, threading, subprocess
 from cuda_l1.evaluate.confine import ConfinePlan, confine_process, effective_capabilities
 plan = ConfinePlan(**json.loads(sys.argv[1]))
 notes = confine_process(plan)
-out = {"notes": notes, "caps": effective_capabilities(), "uid": os.getuid()}
+out = {"notes": notes, "caps": effective_capabilities(), "uid": os.getuid(), "pid": os.getpid()}
 def attempt(name, fn):
     try:
         fn(); out[name] = "allowed"
@@ -105,9 +105,72 @@ def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_es
     assert out["write_scratch"] == "allowed" and out["subprocess"] == "1"
     if landlock_abi() >= 1:
         assert out["write_outside"] != "allowed" and not outside.exists()
+    if not notes.get("namespaces", "").startswith("not"):
+        # Not PID 1: two sides, each PID 1 of its namespace, could not open each other's CUDA IPC handles.
+        assert out["pid"] != 1 and notes["pid"].startswith("harness is pid"), notes
     if not notes.get("namespaces", "").startswith("not") and "mounts" in notes:
         assert "/dev/shm private" in notes["mounts"]
         assert out["shm_hog"] != "allowed"  # the private /dev/shm is full before it holds more than its size
+
+
+@linux
+def test_dropping_identity_as_root_ends_unprivileged_with_no_capabilities():
+    """In a forked copy of this process (no interpreter to read afterwards): the uid change needs
+    CAP_SETUID/CAP_SETGID, so the capability sets may only be emptied after it."""
+    import os
+
+    from cuda_l1.evaluate.confine import NOBODY, drop_identity, effective_capabilities
+
+    if os.geteuid() != 0:
+        pytest.skip("only root changes its uid")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            note = drop_identity(NOBODY)
+            msg = json.dumps({"note": note, "uid": os.geteuid(), "gid": os.getegid(), "groups": os.getgroups(),
+                              "caps": effective_capabilities()})
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            msg = json.dumps({"error": repr(exc)})
+        os.write(write, msg.encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 65536):
+        data += chunk
+    os.waitpid(pid, 0)
+    out = json.loads(data)
+    assert "error" not in out, out
+    assert (out["uid"], out["gid"], out["groups"], out["caps"]) == (NOBODY, NOBODY, [], 0), out
+
+
+@linux
+def test_a_root_side_takes_the_unprivileged_uid_and_no_capabilities(tmp_path):
+    """The uid change needs CAP_SETUID/CAP_SETGID, so capabilities may only be emptied after it."""
+    import dataclasses
+    import os
+    import shutil
+    import tempfile
+
+    from cuda_l1.evaluate.confine import NOBODY
+    from cuda_l1.evaluate.probe import identity_uid
+
+    if os.geteuid() != 0:
+        pytest.skip("only root changes its uid")
+    if identity_uid([]) is None:
+        pytest.skip("this installation cannot be read by an unprivileged uid")
+    scratch = tempfile.mkdtemp(prefix="cuda-l1-test-")
+    try:
+        os.chown(scratch, NOBODY, NOBODY)
+        plan = ConfinePlan(scratch=scratch, namespaces="pid+net+mnt", shm_bytes=8 << 20, uid=NOBODY)
+        proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(dataclasses.asdict(plan)),
+                               str(tmp_path / "outside.txt")], capture_output=True, text=True, timeout=120, cwd=scratch)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["uid"] == NOBODY and out["caps"] == 0, out["notes"]
+        assert out["write_scratch"] == "allowed" and out["subprocess"] == "1"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # -- stopping a side's process tree ----------------------------------------------------------------------

@@ -197,19 +197,23 @@ class Side:
             ref = LeafRef("tensor", typename, str(leaf.dtype).replace("torch.", ""), list(leaf.shape),
                           list(leaf.stride()), leaf.storage_offset(), storage.nbytes(), str(leaf.device))
             ptr = storage.data_ptr()
-            if leaf.device.type == "cuda" and not self.export:
-                pass  # the reference's own memory is never shared: it compares candidates itself (verify)
-            elif leaf.device.type == "cuda" and storage.nbytes():
+            if leaf.device.type == "cuda" and storage.nbytes():
                 from cuda_l1.evaluate import cudadrv
 
+                # Both sides do this inside their timed windows (about 10-20 us per new allocation on an
+                # H200): the reference too, though its handles are never sent (it compares candidates
+                # itself, see verify), or identical code would time 0.87x on a memory-bound task.
                 try:
                     base, _ = cudadrv.allocation_range(ptr)
                     if base not in handles:
                         handles[base] = cudadrv.export_base(base)
                 except cudadrv.CudaDriverError as exc:  # memory no IPC handle covers (mapped, managed, pooled)
-                    refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})", device=str(leaf.device)))
-                    continue
-                ref.handle, ref.handle_offset = handles[base], ptr - base
+                    if self.export:
+                        refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})",
+                                            device=str(leaf.device)))
+                        continue
+                if self.export:
+                    ref.handle, ref.handle_offset = handles[base], ptr - base
             else:
                 ref.address = ptr
             refs.append(ref)

@@ -48,7 +48,7 @@ class EvalConfig:
     first_call_timeout_s: float = 300.0  # the first window (JIT compilers such as Triton or torch.compile)
     call_timeout_s: float = 60.0  # any later window
     threads: int | None = None  # CPU threads of each side (default 1 on CPU: both sides share one core)
-    cpu_core: int | None = None  # CPU device: the core both sides are timed on (None: the lowest allowed)
+    cpu_core: int | None = None  # the core both sides are timed on (None: on CPU the idlest core, on a GPU unpinned)
     best_known_speedup: float | None = None  # best verified speedup for this task, for the re-measure rule
     remeasure: bool = True  # apply the re-measure rule
     prewarm: bool | None = None  # keep a spare candidate process (torch imported, device ready) started ahead; default: on CUDA

@@ -4,8 +4,9 @@ thread exists (so every rule holds for every thread it will ever have).
 In this order, each layer reported back so the verdict says what was enforced on this machine:
 1. `cpu_core`: pinned to the core both sides are timed on (CPU evaluations); seccomp then forbids
    changing it.
-2. `namespaces`: new PID (the harness is PID 1: everything the side starts dies with it, and no
-   outside process can be named), network (no network at all), mount and IPC (SysV objects die with
+2. `namespaces`: new PID (under an init of its own, whose exit ends everything the side started;
+   no outside process can be named; the harness's pid there is unique on the host, see
+   `_start_harness_under_init`), network (no network at all), mount and IPC (SysV objects die with
    the side and no host one can be reached) namespaces; a user namespace too when not started as root.
 3. `mounts`: private, size-limited tmpfs mounts on /dev/shm and on the scratch directory (writes are
    memory, counted, and vanish with the side), and a /proc that shows only the namespace.
@@ -149,16 +150,22 @@ def readable_by_others(paths: list[str]) -> bool:
     return True
 
 
-def _drop_capabilities() -> bool:
+def _drop_bounding_and_ambient() -> None:
+    """What no later exec may regain: the bounding and ambient sets, and securebits locked so that
+    uid 0 means nothing. Needs CAP_SETPCAP, so it comes first."""
     libc = _lib()
     if os.geteuid() == 0:
         libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED, 0, 0, 0)
     for cap in range(64):
         libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability: ignored
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+
+def _clear_capability_sets() -> bool:
+    """Effective, permitted and inheritable emptied (lowering is always allowed)."""
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = (ctypes.c_uint32 * 6)()
-    return libc.capset(header, data) == 0
+    return _lib().capset(header, data) == 0
 
 
 def effective_capabilities() -> int:
@@ -170,13 +177,15 @@ def effective_capabilities() -> int:
 
 
 def drop_identity(uid: int | None) -> str:
+    """Take `uid` (when root and one is given) and end with no capabilities at all. The order
+    matters: the bounding set needs CAP_SETPCAP, the uid change CAP_SETUID/CAP_SETGID, so the
+    effective set is emptied last."""
+    _drop_bounding_and_ambient()
     if uid is not None and os.geteuid() == 0:
-        _drop_capabilities()  # the bounding set first, while CAP_SETPCAP is still held
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    else:
-        _drop_capabilities()
+    _clear_capability_sets()
     caps = effective_capabilities()
     who = f"uid {os.geteuid()}"
     return f"{who}, no capabilities" if caps == 0 else f"not enforced: {who} keeps capabilities {caps:#x}"
@@ -206,12 +215,50 @@ def apply_rlimits(*, cpu_s: int = 3600, file_bytes: int = 512 << 20, open_files:
 
 
 # -- the whole sequence ----------------------------------------------------------------------------
-def _wait_and_mirror(pid: int) -> None:
-    """The process outside the namespaces: wait for the harness and exit the way it exited."""
-    _, status = os.waitpid(pid, 0)
+def _exit_as(status: int) -> None:
     if os.WIFSIGNALED(status):
         os._exit(128 + os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _wait_and_mirror(pid: int) -> None:
+    """The process outside the namespaces: wait for the namespace's init and exit the way it exited."""
+    _, status = os.waitpid(pid, 0)
+    _exit_as(status)
+
+
+def _start_harness_under_init(plan: ConfinePlan, keep_fds: tuple[int, ...], pid: int) -> str:
+    """Called as PID 1 of the new namespace. The harness must not be PID 1: CUDA's IPC takes a handle
+    whose exporter has the opener's own pid for one of the opener's own allocations and refuses it, so
+    two sides, each PID 1 of its namespace, could not read each other's outputs. PID 1 stays a minimal
+    init (reaps, exits the way the harness exits, and its exit ends everything in the namespace) and
+    the harness takes `pid`, the pid of this side's outermost process, which no other live process on
+    the host has, hence no other side's harness either."""
+    note = f"harness is pid {pid} of its namespace, under an init of its own"
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+            fh.write(str(pid - 1))
+    except OSError as exc:
+        note = f"harness pid not chosen ({exc.strerror}): CUDA IPC between sides may be refused"
+    child = os.fork()
+    if child:
+        for fd in keep_fds:
+            os.close(fd)
+        if plan.drop_identity:
+            drop_identity(plan.uid)
+        while True:  # orphans of the side are reparented here: reap them until the harness ends
+            try:
+                done, status = os.wait()
+            except ChildProcessError:
+                os._exit(1)
+            except InterruptedError:
+                continue
+            if done == child:
+                _exit_as(status)
+    die_with_parent()
+    if os.getpid() != pid and "not chosen" not in note:
+        note = f"harness pid {os.getpid()} instead of {pid}: CUDA IPC between sides may be refused"
+    return note
 
 
 def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[str, str]:
@@ -236,6 +283,7 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
     which = plan.namespaces
     notes["namespaces"] = "disabled by configuration"
     if which:
+        outer_pid = os.getpid()
         ok, note = enter_namespaces(which)
         notes["namespaces"] = note if ok else f"not enforced: {note}"
         if ok and "pid" in which:
@@ -247,6 +295,8 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
             die_with_parent()
         if ok and "mnt" in which:
             notes["mounts"] = private_mounts(plan.shm_bytes, "pid" in which, plan.scratch, plan.scratch_bytes, plan.uid)
+        if ok and "pid" in which:
+            notes["pid"] = _start_harness_under_init(plan, keep_fds, outer_pid)
     notes["rlimits"] = ", ".join(f"{k}={v}" for k, v in apply_rlimits(**plan.limits).items())
     notes["identity"] = drop_identity(plan.uid) if plan.drop_identity else "disabled by configuration"
     if plan.landlock:

@@ -61,12 +61,15 @@ def _idlest(cores: list[int], sample_s: float = 0.05) -> int:
 
 
 def timing_core(config: EvalConfig) -> int | None:
-    """The core both sides are timed on: CPU device with one thread, where the platform can pin."""
-    if config.device != "cpu" or (config.threads or 1) != 1 or not hasattr(os, "sched_getaffinity"):
+    """The core both sides are timed on: CPU device with one thread, where the platform can pin; on a
+    GPU only when `cpu_core` is given (launch-bound tasks then run both sides' host code on one core)."""
+    if (config.threads or 1) != 1 or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
     if config.cpu_core is not None:
         return config.cpu_core if config.cpu_core in allowed else None
+    if config.device != "cpu":
+        return None
     return _idlest(allowed) if len(allowed) > 1 else (allowed[0] if allowed else None)
 
 

@@ -43,6 +43,7 @@ class Referee:
         self.timing: dict = {}
         self.builds: list[dict] = []
         self.comparisons: dict[int, list] = {}  # output position -> its full comparisons so far
+        self.candidate_first: list[bool] = []  # per timed round: whether the candidate's window came first
         self.rng = random.Random(secrets.randbits(64))
         self.estimate: timing.Estimate | None = None
         self.cand: Side | None = None
@@ -345,6 +346,7 @@ class Referee:
             if warm:
                 ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
                 cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
+                self.candidate_first.append(order[0] is self.cand)
             else:
                 # One number of calls for both sides, sized on the reference (so the candidate does not
                 # choose it): whatever the fixed overhead's estimate gets wrong then weighs the same on
@@ -397,6 +399,10 @@ class Referee:
             "last_idle_wait_ms": hidden * 1e3,
             "ci_level": 0.95,
             "device_probe_idle_us": self.env.quiet.idle_s * 1e6,
+            # every round's per-call times and which side went first, for audits of the estimate
+            "samples": {"reference_ms": [float(f"{x:.5g}") for x in ref_ms],
+                        "candidate_ms": [float(f"{x:.5g}") for x in cand_ms],
+                        "candidate_first": list(self.candidate_first)},
         }
         after = self.telemetry.read()
         self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}

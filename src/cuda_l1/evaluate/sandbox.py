@@ -71,6 +71,24 @@ class ExitInfo:
     reason: str  # "exited", "running", "not started"
 
 
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in sigstop.read(f"/proc/{pid}/task/{pid}/children").split()]
+
+
+def _harness_under_init(outer: int) -> int | None:
+    """Host pid of the harness: the child of the namespace's init whose pid there is the outer
+    process's pid (confine._start_harness_under_init); init's only child when it could not be chosen."""
+    inits = _children(outer)
+    if not inits:
+        return None
+    candidates = _children(inits[0])
+    for pid in candidates:
+        for line in sigstop.read(f"/proc/{pid}/status").splitlines():
+            if line.startswith("NSpid:") and line.split()[-1] == str(outer):
+                return pid
+    return candidates[0] if len(candidates) == 1 else None
+
+
 @dataclass
 class SideProcess:
     """One sandboxed side and its channel."""
@@ -89,6 +107,7 @@ class SideProcess:
     group: SideGroup | None = None  # its cgroup (cgroup.py)
     _in_group: bool = False
     _last_pid: int | None = None
+    _harness: int | None = None  # host pid of the harness, once found
 
     @classmethod
     def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None) -> "SideProcess":
@@ -147,8 +166,9 @@ class SideProcess:
         if self.proc is None:
             return None
         if "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not"):
-            children = sigstop.read(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").split()
-            return int(children[0]) if children else None
+            if self._harness is None:
+                self._harness = _harness_under_init(self.proc.pid)
+            return self._harness
         return self.proc.pid
 
     def _grouped(self) -> bool:

@@ -42,7 +42,11 @@ def jailed(cmd: Sequence[str], cwd: Path, env: dict) -> list[str]:
     import sys
 
     writes = [str(cwd)] + ([env["TMPDIR"]] if env.get("TMPDIR") else [])
-    launcher = [sys.executable, "-m", "cuda_l1.evaluate.build.jail"]
+    # The launcher by path: compilers get a scrubbed environment, and this package may be importable
+    # only through the caller's PYTHONPATH.
+    root = str(Path(__file__).resolve().parents[3])  # the directory holding the cuda_l1 package
+    launcher = [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); "
+                "from cuda_l1.evaluate.build.jail import main; main()"]
     for w in writes:
         launcher += ["--write", w]
     for r in sorted(_jail_reads):

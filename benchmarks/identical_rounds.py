@@ -1,0 +1,75 @@
+"""Per-round times of identical code, for finding where a bias between the two sides comes from (a
+script, not a test). Each task's reference is evaluated as its own candidate `--repeats` times; every
+round's per-call times and which side went first are written out with the verdict's summary.
+
+    python benchmarks/identical_rounds.py --device cuda --tasks L1/02_TallSkinnyMatmul,L2/01 --out rounds.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from envinfo import environment  # noqa: E402
+
+from cuda_l1.evaluate.config import EvalConfig  # noqa: E402
+from cuda_l1.evaluate.evaluator import Evaluator  # noqa: E402
+from cuda_l1.tasks.loaders import load_tasks  # noqa: E402
+
+
+def _ratio_by_order(samples: dict) -> dict:
+    """Median reference/candidate ratio of the rounds where the candidate went first, and second."""
+    out = {}
+    for first in (True, False):
+        ratios = [r / c for r, c, f in zip(samples["reference_ms"], samples["candidate_ms"], samples["candidate_first"])
+                  if f is first and c > 0]
+        out["candidate_first" if first else "reference_first"] = (statistics.median(ratios), len(ratios)) if ratios else None
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tasks", required=True, help="task keys or key prefixes, comma-separated")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--no-prewarm", action="store_true", help="start each candidate process only when needed")
+    parser.add_argument("--cpu-core", type=int, default=None, help="pin both sides to this core (on a GPU too)")
+    parser.add_argument("--fresh-reference", action="store_true",
+                        help="a new reference side for every evaluation (both sides equally fresh)")
+    args = parser.parse_args()
+    wanted = [t for t in args.tasks.split(",") if t]
+    tasks = [t for t in load_tasks("builtin") if any(t.key.startswith(w) for w in wanted)]
+    rows = []
+    for task in tasks:
+        config = EvalConfig(device=args.device, prewarm=False if args.no_prewarm else None, cpu_core=args.cpu_core)
+        evaluator = Evaluator(task, config)
+        source = task.source.replace("class Model(", "class ModelNew(")
+        try:
+            for repeat in range(args.repeats):
+                if args.fresh_reference and repeat:
+                    evaluator.close()
+                    evaluator = Evaluator(task, config)
+                t0 = time.perf_counter()
+                verdict = evaluator.evaluate(source)
+                samples = verdict.timing.get("samples") or {"reference_ms": [], "candidate_ms": [], "candidate_first": []}
+                row = {"task": task.key, "repeat": repeat, "status": verdict.status, "raw": verdict.raw_speedup,
+                       "score": verdict.speedup, "seconds": round(time.perf_counter() - t0, 2),
+                       "by_order": _ratio_by_order(samples), "calls_per_window": verdict.timing.get("calls_per_window"),
+                       "overhead_ms": verdict.timing.get("window_overhead_ms"), "cpu_core": verdict.sandbox.get("cpu_core"),
+                       "samples": samples}
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)
+        finally:
+            evaluator.close()
+    Path(args.out).write_text(json.dumps({"environment": environment(), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
