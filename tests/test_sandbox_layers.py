@@ -18,12 +18,13 @@ from cuda_l1.evaluate.sandbox import SandboxConfig, SideProcess
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux confinement")
 
 
-def _leaf(**kw) -> dict:
+def _leaf(**kw) -> list:
+    """An output leaf in its wire form."""
     base = {"kind": "tensor", "type": "torch.Tensor", "dtype": "float32", "shape": [4, 4], "stride": [4, 1],
             "storage_offset": 0, "nbytes": 64, "device": "cpu", "address": 4096, "handle": "", "handle_offset": 0,
             "value": None}
     base.update(kw)
-    return base
+    return protocol.LeafRef(**base).to_wire()
 
 
 def _ran(**kw) -> dict:
@@ -38,6 +39,18 @@ def test_a_valid_reply_decodes_into_its_dataclass():
     assert isinstance(msg, protocol.Ran) and msg.calls[0].leaves[0].numel() == 16
 
 
+def test_encoding_round_trips_with_positional_leaves():
+    leaves = [protocol.LeafRef("tensor", "torch.Tensor", "float32", [4, 4], [4, 1], 0, 64, "cpu", address=4096),
+              protocol.LeafRef("tensor", "torch.Tensor", "float32", [4, 4], [4, 1], 0, 64, "cuda:0",
+                               handle="ab" * 64, handle_offset=128),
+              protocol.LeafRef("value", "builtins.float", value=0.5)]
+    message = protocol.Ran(True, calls=[protocol.CallOutputs({"seq": "tuple", "items": ["tensor", "tensor", "float"]},
+                                                             leaves)], signals=["x"])
+    encoded = protocol.encode(message)
+    assert [leaf[0] for leaf in encoded["calls"][0]["leaves"]] == ["t", "t", "v"]
+    assert validate.decode(json.loads(json.dumps(encoded)), from_side=True) == message
+
+
 @pytest.mark.parametrize("bad", [
     {"ok": "yes"},
     {"calls": {"0": 1}},
@@ -47,6 +60,9 @@ def test_a_valid_reply_decodes_into_its_dataclass():
     {"calls": [{"structure": "tensor", "leaves": [_leaf(handle="zz" * 64)]}]},
     {"calls": [{"structure": "tensor", "leaves": [_leaf(shape=[-1], stride=[1])]}]},
     {"calls": [{"structure": "tensor", "leaves": [_leaf(stride=[4])]}]},
+    {"calls": [{"structure": "tensor", "leaves": [_leaf()[:-1]]}]},  # a field short
+    {"calls": [{"structure": "tensor", "leaves": [{"kind": "tensor"}]}]},  # not the wire form
+    {"calls": [{"structure": "tensor", "leaves": [["v", "float"]]}]},
     {"extra_field": 1},
 ])
 def test_malformed_replies_raise_protocol_errors(bad):
@@ -287,7 +303,7 @@ def test_descriptions_are_compared_before_any_value():
     ref = _call(_leaf())
     assert verify.describe_mismatch(_call(_leaf(dtype="float16", nbytes=32)), ref)[0].check == "dtype"
     assert verify.describe_mismatch(_call(_leaf(shape=[16], stride=[1])), ref)[0].check == "shape"
-    assert verify.describe_mismatch(_call({"kind": "foreign", "type": "Deferred"}), ref)[0].status == "rejected"
+    assert verify.describe_mismatch(_call(protocol.LeafRef("foreign", "Deferred").to_wire()), ref)[0].status == "rejected"
     assert verify.describe_mismatch(_call(_leaf(), _leaf(address=9000)), ref)[0].check == "output_structure"
     assert verify.describe_mismatch(_call(_leaf(address=1 << 20)), ref) == []
     assert verify.aliases(validate.leaf_ref(_leaf(address=5000)), "", [(4096, 8192)])

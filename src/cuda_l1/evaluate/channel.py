@@ -109,6 +109,11 @@ class Channel:
             self._buffer += chunk
 
     def recv(self, timeout: float | None = None) -> Message:
+        return self.parse(self.recv_frame(timeout))
+
+    def recv_frame(self, timeout: float | None = None) -> bytes:
+        """The next whole frame's bytes, neither authenticated nor parsed (see parse): a timed window
+        ends when the reply has arrived, and what the parent then does with it is not the side's time."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._fill(_PREFIX.size, deadline)
         magic, head_len, n_blobs = _PREFIX.unpack_from(self._buffer, 0)
@@ -119,11 +124,17 @@ class Channel:
         body = head_len + sum(lengths)
         if body > self.max_frame_bytes:
             raise ChannelError(f"frame of {body} bytes exceeds the limit of {self.max_frame_bytes}")
-        start = _PREFIX.size + n_blobs * _BLOB_LEN.size
-        total = start + body + _MAC_BYTES
+        total = _PREFIX.size + n_blobs * _BLOB_LEN.size + body + _MAC_BYTES
         self._fill(total, deadline)
         frame = bytes(self._buffer[:total])
         del self._buffer[:total]
+        return frame
+
+    def parse(self, frame: bytes) -> Message:
+        """Authenticate and parse a frame from recv_frame (frames must be parsed in arrival order)."""
+        _, head_len, n_blobs = _PREFIX.unpack_from(frame, 0)
+        lengths = [_BLOB_LEN.unpack_from(frame, _PREFIX.size + i * _BLOB_LEN.size)[0] for i in range(n_blobs)]
+        start = _PREFIX.size + n_blobs * _BLOB_LEN.size
         head = frame[start : start + head_len]
         blobs, offset = [], start + head_len
         for n in lengths:

@@ -77,6 +77,7 @@ class Side:
         self.oracle_model = None
         self.mapping = None
         self.export = True  # describe CUDA outputs by IPC handle (not the reference's: it verifies itself)
+        self.handles: dict[int, str] = {}  # CUDA: the driver's buffer id of an allocation -> its IPC handle
         self.reader = None  # the reference side's reader of candidate memory (CUDA)
 
     def send(self, message) -> None:
@@ -177,7 +178,7 @@ class Side:
         self.send(Mapped(True))
 
     # -- calls ---------------------------------------------------------------------------------------
-    def describe(self, out, handles: dict) -> CallOutputs:
+    def describe(self, out) -> CallOutputs:
         import torch
 
         from cuda_l1.evaluate.inputs import flatten_outputs
@@ -200,20 +201,24 @@ class Side:
             if leaf.device.type == "cuda" and storage.nbytes():
                 from cuda_l1.evaluate import cudadrv
 
-                # Both sides do this inside their timed windows (about 10-20 us per new allocation on an
-                # H200): the reference too, though its handles are never sent (it compares candidates
-                # itself, see verify), or identical code would time 0.87x on a memory-bound task.
+                # Inside the timed window on both sides alike: two lookups a tensor (~1 us each). A
+                # handle is exported once per allocation (~10-20 us) and reused while the driver's
+                # buffer id says it is the same allocation. The reference exports none: it compares
+                # candidates itself (verify), so no handle to its memory ever exists.
                 try:
                     base, _ = cudadrv.allocation_range(ptr)
-                    if base not in handles:
-                        handles[base] = cudadrv.export_base(base)
+                    key = cudadrv.buffer_id(base)
+                    if self.export and key not in self.handles:
+                        if len(self.handles) > 4096:  # ids of freed allocations are never reused
+                            self.handles.clear()
+                        self.handles[key] = cudadrv.export_base(base)
                 except cudadrv.CudaDriverError as exc:  # memory no IPC handle covers (mapped, managed, pooled)
                     if self.export:
                         refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})",
                                             device=str(leaf.device)))
                         continue
                 if self.export:
-                    ref.handle, ref.handle_offset = handles[base], ptr - base
+                    ref.handle, ref.handle_offset = self.handles[key], ptr - base
             else:
                 ref.address = ptr
             refs.append(ref)
@@ -232,8 +237,7 @@ class Side:
                     outs.append(self.model(*self.slots[slot]))
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()  # device-wide (the parent also waits for the GPU to go idle)
-            handles: dict = {}
-            calls = [self.describe(out, handles) for out in outs]
+            calls = [self.describe(out) for out in outs]
             self.kept = outs
         except BaseException as exc:  # noqa: BLE001
             self.send(Ran(False, _traceback(exc, self.filename)))
@@ -269,7 +273,7 @@ class Side:
         except RuntimeError as exc:
             self.send(Oracled(False, str(exc)))
             return
-        self.send(Oracled(True, call=self.describe(self.oracle_kept, {})))
+        self.send(Oracled(True, call=self.describe(self.oracle_kept)))
 
     def verify(self, msg: Verify) -> None:
         """Compare a candidate's call, read through its IPC handles, with this side's own call on the

@@ -19,6 +19,7 @@ import torch
 
 HANDLE_BYTES = 64
 _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+_CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
 _lib = None
 _lock = threading.Lock()
 
@@ -46,6 +47,7 @@ def _driver():
                 "cuMemGetAddressRange_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.c_uint64],
                 "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+                "cuPointerGetAttribute": [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64],
             }.items():
                 fn = getattr(lib, name)
                 fn.argtypes = args
@@ -118,6 +120,15 @@ def open_handle(device: str, handle_hex: str) -> int:
 
 def close_handle(ptr: int) -> None:
     _check(_driver().cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
+
+
+def buffer_id(ptr: int) -> int:
+    """The driver's process-wide unique id of the allocation holding `ptr` (never reused, unlike an
+    address: memory freed and allocated again at the same place gets a new id)."""
+    value = ctypes.c_uint64()
+    _check(_driver().cuPointerGetAttribute(ctypes.byref(value), _CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr),
+           "cuPointerGetAttribute")
+    return value.value
 
 
 def allocation_size(ptr: int) -> int:

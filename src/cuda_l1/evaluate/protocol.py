@@ -11,7 +11,7 @@ lives, and the parent reads that memory itself (remote.py) instead of believing 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 MAX_LEAVES = 1024  # output or input leaves of one call
 MAX_CALLS = 4096  # calls of one window
@@ -60,6 +60,16 @@ class LeafRef:
     handle: str = ""  # CUDA: IPC handle (hex) of the allocation that holds the storage
     handle_offset: int = 0  # CUDA: bytes from that allocation's start to the storage
     value: object = None
+
+    def to_wire(self) -> list:
+        """Positional on the wire (validate.leaf_ref reads it back): a reply describes every call of
+        its window inside that window's timed span, and a list costs a fraction of a keyed object."""
+        if self.kind == "value":
+            return ["v", self.type, self.value]
+        if self.kind == "foreign":
+            return ["f", self.type, self.device]
+        return ["t", self.type, self.dtype, self.shape, self.stride, self.storage_offset, self.nbytes, self.device,
+                self.address, self.handle, self.handle_offset]
 
     def numel(self) -> int:
         n = 1
@@ -246,5 +256,30 @@ class Oracled:
     op: str = "oracled"
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS = frozenset((int, float, str, bool, type(None)))
+
+
+def _plain(v):
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t is LeafRef:
+        return v.to_wire()
+    names = _FIELDS.get(t)
+    if names is None and is_dataclass(v) and not isinstance(v, type):
+        names = _FIELDS[t] = tuple(f.name for f in fields(v))
+    if names is not None:
+        return {name: _plain(getattr(v, name)) for name in names}
+    if t is list or t is tuple:
+        return [x if type(x) in _SCALARS else _plain(x) for x in v]
+    if t is dict:
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
 def encode(message) -> dict:
-    return asdict(message)
+    """The message as a JSON-ready dict (validate.decode is its inverse). Not dataclasses.asdict,
+    which deep-copies every value: a window's reply is encoded inside the timed window. Output leaves
+    go positional (LeafRef.to_wire)."""
+    return _plain(message)

@@ -309,6 +309,10 @@ class SideProcess:
     def recv(self, timeout: float, max_bytes: int = 64 << 20):
         """Wait for one message, watching limits; any failure becomes a ChildFailure. Returns the
         decoded, validated message."""
+        return self.decode(self.recv_frame(timeout, max_bytes))
+
+    def recv_frame(self, timeout: float, max_bytes: int = 64 << 20) -> bytes:
+        """Wait for one whole frame (its bytes only; decode() checks them)."""
         deadline = time.monotonic() + timeout
         self.chan.max_frame_bytes = max_bytes
         while True:
@@ -317,7 +321,7 @@ class SideProcess:
                 self.kill("timed out")
                 raise ChildFailure("timeout", f"no answer within {timeout:.0f} s")
             try:
-                frame = self.chan.recv(timeout=min(remaining, 0.25))
+                return self.chan.recv_frame(timeout=min(remaining, 0.25))
             except ChannelTimeout:
                 self.watch()
                 continue
@@ -326,19 +330,27 @@ class SideProcess:
             except ChannelError as exc:
                 self.kill("broke the protocol")
                 raise ChildFailure("rejected", f"the side sent an invalid frame ({exc})") from None
-            try:
-                return validate.decode(frame.header, from_side=True)
-            except protocol.ProtocolError as exc:
-                self.kill("broke the protocol")
-                raise ChildFailure("rejected", f"the side sent an invalid message ({exc})") from None
 
-    def request(self, message, timeout: float, expect: type):
-        self.send(message)
-        reply = self.recv(timeout)
-        if not isinstance(reply, expect):
+    def decode(self, frame: bytes, expect: type | None = None):
+        """Authenticate, parse and validate a frame from recv_frame into its message."""
+        try:
+            message = self.chan.parse(frame)
+        except ChannelError as exc:
+            self.kill("broke the protocol")
+            raise ChildFailure("rejected", f"the side sent an invalid frame ({exc})") from None
+        try:
+            reply = validate.decode(message.header, from_side=True)
+        except protocol.ProtocolError as exc:
+            self.kill("broke the protocol")
+            raise ChildFailure("rejected", f"the side sent an invalid message ({exc})") from None
+        if expect is not None and not isinstance(reply, expect):
             self.kill("broke the protocol")
             raise ChildFailure("rejected", f"the side answered {type(reply).__name__} where {expect.__name__} was due")
         return reply
+
+    def request(self, message, timeout: float, expect: type):
+        self.send(message)
+        return self.decode(self.recv_frame(timeout), expect)
 
     # -- ending -----------------------------------------------------------------------------------
     def _death_message(self) -> str:

@@ -9,12 +9,15 @@ are checked the same way, so that a harness bug reads as a clear error rather th
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import fields
 
 from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, MAX_LEAVES, MAX_TEXT, BuildReply,
                                        BuildRequest, Bye, CallOutputs, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verified, Verify)
+
+_HANDLE = re.compile(f"[0-9a-f]{{{HANDLE_HEX}}}")
 
 _MAX_INT = 1 << 62
 
@@ -92,26 +95,28 @@ def leaf_spec(d) -> LeafSpec:
 
 
 def leaf_ref(d) -> LeafRef:
-    if type(d) is not dict:
-        raise ProtocolError("output leaf: expected an object")
-    kind, typename = d.get("kind"), _str(d.get("type", ""), "type", 200)
-    if kind == "value":
-        return LeafRef("value", typename, value=_scalar(d.get("value"), "output value"))
-    if kind == "foreign":
-        return LeafRef("foreign", typename, device=_str(d.get("device", ""), "device", 40))
-    if kind != "tensor" or d.get("dtype") not in DTYPES:
+    """An output leaf from its positional wire form (LeafRef.to_wire)."""
+    if type(d) is not list or not d:
+        raise ProtocolError("output leaf: expected a list")
+    kind = d[0]
+    if kind == "v" and len(d) == 3:
+        return LeafRef("value", _str(d[1], "type", 200), value=_scalar(d[2], "output value"))
+    if kind == "f" and len(d) == 3:
+        return LeafRef("foreign", _str(d[1], "type", 200), device=_str(d[2], "device", 40))
+    if kind != "t" or len(d) != 11 or d[2] not in DTYPES:
         raise ProtocolError("output leaf: unknown kind or dtype")
-    shape = [_int(s, "shape", 0, 1 << 40) for s in _list(d.get("shape"), "shape", MAX_DIMS)]
-    stride = [_int(s, "stride", 0, 1 << 48) for s in _list(d.get("stride"), "stride", MAX_DIMS)]
+    _, typename, dtype, shape, stride, offset, nbytes, device, address, handle, handle_offset = d
+    shape = [_int(x, "shape", 0, 1 << 40) for x in _list(shape, "shape", MAX_DIMS)]
+    stride = [_int(x, "stride", 0, 1 << 48) for x in _list(stride, "stride", MAX_DIMS)]
     if len(stride) != len(shape):
         raise ProtocolError("output leaf: stride and shape differ in length")
-    ref = LeafRef("tensor", typename, d["dtype"], shape, stride, _int(d.get("storage_offset"), "storage_offset"),
-              _int(d.get("nbytes"), "nbytes", 0, 1 << 44), _str(d.get("device"), "device", 40),
-              _int(d.get("address", 0), "address", 0, (1 << 64) - 1), _str(d.get("handle", ""), "handle", 200),
-              _int(d.get("handle_offset", 0), "handle_offset", 0, 1 << 44))
+    ref = LeafRef("tensor", _str(typename, "type", 200), dtype, shape, stride, _int(offset, "storage_offset"),
+                  _int(nbytes, "nbytes", 0, 1 << 44), _str(device, "device", 40),
+                  _int(address, "address", 0, (1 << 64) - 1), _str(handle, "handle", 200),
+                  _int(handle_offset, "handle_offset", 0, 1 << 44))
     if ref.numel() > (1 << 40) or ref.extent_bytes() > ref.nbytes:
         raise ProtocolError("output leaf: the view reaches past its storage")
-    if ref.handle and (len(ref.handle) != HANDLE_HEX or any(c not in "0123456789abcdef" for c in ref.handle)):
+    if ref.handle and not _HANDLE.fullmatch(ref.handle):
         raise ProtocolError("output leaf: malformed IPC handle")
     return ref
 
