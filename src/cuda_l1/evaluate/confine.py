@@ -263,8 +263,9 @@ def _start_harness_under_init(plan: ConfinePlan, keep_fds: tuple[int, ...], pid:
 
 def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[str, str]:
     """Apply the plan to this process; returns what was enforced (for the verdict's `sandbox`).
-    With a PID namespace this forks: the caller continues as PID 1, the original process waits and
-    mirrors its exit, holding none of `keep_fds` open."""
+    With a PID namespace this forks twice: the caller continues as the harness, under the namespace's
+    init (PID 1); the original process and the init wait and mirror its exit, holding none of
+    `keep_fds` open."""
     notes: dict[str, str] = {}
     die_with_parent()
     if plan.cgroup_procs:  # first, so that every process this one ever starts is in the group too

@@ -246,7 +246,9 @@ class Evaluator:
         cand = self.supply.take()
         referee = Referee(env, cand, source, config, deadline=started + config.timeout_s)
         try:
-            if referee.load():
+            with referee._phase("load"):
+                loaded = referee.load()
+            if loaded:
                 referee.measure()
         except ChildFailure as failure:
             referee._fail("runs_to_completion", failure.kind, str(failure))

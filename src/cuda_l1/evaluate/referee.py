@@ -10,6 +10,7 @@ timed calls are the same calls: a side cannot tell which of its calls will be lo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import secrets
@@ -43,6 +44,7 @@ class Referee:
         self.timing: dict = {}
         self.builds: list[dict] = []
         self.comparisons: dict[int, list] = {}  # output position -> its full comparisons so far
+        self.phases: dict[str, float] = {}  # seconds spent per part of measure()
         self.candidate_first: list[bool] = []  # per timed round: whether the candidate's window came first
         self.rng = random.Random(secrets.randbits(64))
         self.estimate: timing.Estimate | None = None
@@ -156,11 +158,14 @@ class Referee:
         return timing.overhead(windows)
 
     def _fresh_inputs(self, count: int) -> list[list]:
-        """Values for `count` slots from new secret seeds (each side's window writes them in)."""
+        """Values for `count` slots from a new secret seed (each side's window writes them in)."""
         env = self.env
         values = []
-        for _ in range(count):
-            generated = env.source.generate(secrets.randbits(62))
+        # One secret seed a round, the slots drawn one after another from it: each slot's values are
+        # still new and unpredictable, without paying a reseed per slot (the most a round spent on
+        # fast tasks, where a window holds hundreds of calls).
+        for i in range(count):
+            generated = env.source.generate(secrets.randbits(62) if i == 0 else None)
             env.source.check_same_layout(generated)
             values.append(generated)
         env.sync()
@@ -291,17 +296,28 @@ class Referee:
                 return
 
     # -- the rounds -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+
     def measure(self) -> None:
         cfg, tc, env = self.config, self.config.timing, self.env
         self.telemetry = Telemetry(cfg.device)
         self.telemetry_before = self.telemetry.read()
-        overhead_s = self.null_windows(self._fresh_inputs(1))
+        measure_start = time.perf_counter()
+        with self._phase("null_windows"):
+            overhead_s = self.null_windows(self._fresh_inputs(1))
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
         timed_since = None
         while True:
-            pristine = self._fresh_inputs(max(plan.values()))
+            with self._phase("inputs"):
+                pristine = self._fresh_inputs(max(plan.values()))
             order = [env.ref, self.cand]
             self.rng.shuffle(order)
             first = rounds == 0
@@ -310,15 +326,18 @@ class Referee:
                 timeout = cfg.first_call_timeout_s if first else cfg.call_timeout_s + 50 * side_estimate(side)
                 slots = list(range(plan[side.name]))
                 if side is env.ref:
-                    self._reference_window(slots, timeout, inputs=pristine)
+                    with self._phase("windows"):
+                        self._reference_window(slots, timeout, inputs=pristine)
                     try:
-                        ref_changed = changed_inputs(env.ref, slots, pristine)
+                        with self._phase("input_checks"):
+                            ref_changed = changed_inputs(env.ref, slots, pristine)
                     except Unreadable as exc:
                         raise ReferenceFailure(f"the reference's inputs could not be read back: {exc}") from None
                     if ref_changed:
                         raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
                     continue
-                self._window(side, slots, timeout, signals, inputs=pristine)
+                with self._phase("windows"):
+                    self._window(side, slots, timeout, signals, inputs=pristine)
                 if not side.ran.ok:
                     self._fail("forward_runs", RUNTIME_ERROR, "forward raised:\n" + side.ran.message[-4000:])
                     self.status = RUNTIME_ERROR
@@ -330,7 +349,8 @@ class Referee:
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
                 try:
-                    changed = changed_inputs(side, slots, pristine)
+                    with self._phase("input_checks"):
+                        changed = changed_inputs(side, slots, pristine)
                 except Unreadable as exc:
                     self._fail("inputs_unchanged", REJECTED, f"the candidate's inputs could not be read back ({exc})")
                     return
@@ -338,7 +358,8 @@ class Referee:
                     self._fail("inputs_unchanged", REJECTED, f"the candidate modified its input tensors (call {changed[0] + 1})")
                     return
             self.cand.proc.watch()
-            self.verify_round(rounds)
+            with self._phase("verification"):
+                self.verify_round(rounds)
             if self.status is not None:
                 return
             rounds += 1
@@ -364,7 +385,8 @@ class Referee:
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
                     # The overhead again, now with as many slots written as every recorded window writes.
-                    overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
+                    with self._phase("null_windows"):
+                        overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
@@ -374,6 +396,7 @@ class Referee:
                            target_width=tc.target_width):
                 break
         self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
+        self.phases["measure_total"] = time.perf_counter() - measure_start
         self._finish(ref_ms, cand_ms, plan, overhead_s)
 
     def _finish(self, ref_ms, cand_ms, plan, overhead_s) -> None:
@@ -404,6 +427,8 @@ class Referee:
             "ci_level": 0.95,
             "device_probe_idle_us": self.env.quiet.idle_s * 1e6,
             # every round's per-call times and which side went first, for audits of the estimate
+            # where the measuring time went (seconds), to see what an evaluation's length is made of
+            "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
             "samples": {"reference_ms": [float(f"{x:.5g}") for x in ref_ms],
                         "candidate_ms": [float(f"{x:.5g}") for x in cand_ms],
                         "candidate_first": list(self.candidate_first)},

@@ -39,7 +39,7 @@ class InputSource:
         self.sample = self.generate(0)
         self.slot_specs, self.slot_bytes = self._layout(self.sample)
 
-    def generate(self, seed: int) -> list:
+    def generate(self, seed: int | None) -> list:
         values = inputs_mod.make_inputs(self.module, seed, self.device)
         # Contiguous copies: the buffer layout is dense (a rare strided input becomes contiguous).
         return [v.detach().contiguous() if isinstance(v, torch.Tensor) else v for v in values]
