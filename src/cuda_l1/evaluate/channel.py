@@ -111,6 +111,10 @@ class Channel:
     def recv(self, timeout: float | None = None) -> Message:
         return self.parse(self.recv_frame(timeout))
 
+    def has_pending(self) -> bool:
+        """Whether anything has arrived that no request asked for yet."""
+        return bool(self._buffer) or bool(select.select([self.read_fd], [], [], 0)[0])
+
     def recv_frame(self, timeout: float | None = None) -> bytes:
         """The next whole frame's bytes, neither authenticated nor parsed (see parse): a timed window
         ends when the reply has arrived, and what the parent then does with it is not the side's time."""

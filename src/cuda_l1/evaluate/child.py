@@ -369,6 +369,11 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported once the channel is up
         notes["device"] = f"failed: {type(exc).__name__}: {exc}"
     if args.probe:
+        if args.device.startswith("cuda") and "pid" in notes and not notes["pid"].startswith("harness is pid"):
+            # Two sides with the same pid could not open each other's IPC handles: this plan would
+            # reject every candidate, so the probe refuses it and a weaker namespace set is tried.
+            print(json.dumps({"error": notes["pid"], "notes": notes}), file=sys.stderr, flush=True)
+            os._exit(4)
         if "device" in notes:
             print(json.dumps({"error": notes["device"], "notes": notes}), file=sys.stderr, flush=True)
             os._exit(3)

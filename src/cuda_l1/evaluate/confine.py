@@ -30,6 +30,7 @@ import ctypes
 import ctypes.util
 import os
 import resource
+import signal
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECUREBITS = 28
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -227,6 +230,34 @@ def _wait_and_mirror(pid: int) -> None:
     _exit_as(status)
 
 
+def _be_init(plan: ConfinePlan, keep_fds: tuple[int, ...], harness: int) -> None:
+    """The namespace's PID 1 from here on: no channel, no capabilities, deaf to every signal a
+    process of the side could send, and never anything but waiting (any failure ends it, and with it
+    the namespace; it never returns into the harness's code)."""
+    try:
+        for fd in keep_fds:
+            os.close(fd)
+        for sig in signal.valid_signals():
+            if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+                try:
+                    signal.signal(sig, signal.SIG_IGN)
+                except (OSError, ValueError):
+                    pass
+        _lib().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if plan.drop_identity and drop_identity(plan.uid).startswith("not enforced"):
+            os._exit(1)
+        while True:  # orphans of the side are reparented here: reap them until the harness ends
+            try:
+                done, status = os.wait()
+            except InterruptedError:
+                continue
+            if done == harness:
+                _exit_as(status)
+    except BaseException:  # noqa: BLE001 - init must never unwind into the harness's code
+        os._exit(1)
+
+
 def _start_harness_under_init(plan: ConfinePlan, keep_fds: tuple[int, ...], pid: int) -> str:
     """Called as PID 1 of the new namespace. The harness must not be PID 1: CUDA's IPC takes a handle
     whose exporter has the opener's own pid for one of the opener's own allocations and refuses it, so
@@ -242,19 +273,7 @@ def _start_harness_under_init(plan: ConfinePlan, keep_fds: tuple[int, ...], pid:
         note = f"harness pid not chosen ({exc.strerror}): CUDA IPC between sides may be refused"
     child = os.fork()
     if child:
-        for fd in keep_fds:
-            os.close(fd)
-        if plan.drop_identity:
-            drop_identity(plan.uid)
-        while True:  # orphans of the side are reparented here: reap them until the harness ends
-            try:
-                done, status = os.wait()
-            except ChildProcessError:
-                os._exit(1)
-            except InterruptedError:
-                continue
-            if done == child:
-                _exit_as(status)
+        _be_init(plan, keep_fds, child)
     die_with_parent()
     if os.getpid() != pid and "not chosen" not in note:
         note = f"harness pid {os.getpid()} instead of {pid}: CUDA IPC between sides may be refused"

@@ -116,6 +116,11 @@ class Referee:
         t0 = time.perf_counter()
         if gpu:  # queued GPU work of a stopped side can: the write is part of the window
             self._write_inputs(side, inputs, count)
+        if proc.chan.has_pending():
+            # A window ends when its reply arrives: a frame sent ahead (during an earlier window, to
+            # end this one at once) must not stand in for it.
+            proc.kill("sent a message it was not asked for")
+            raise ChildFailure(REJECTED, "the side sent a message before it was asked for one")
         proc.thaw()
         t_sent = time.perf_counter()
         proc.send(Run(slots, signals))

@@ -77,16 +77,18 @@ def _children(pid: int) -> list[int]:
 
 def _harness_under_init(outer: int) -> int | None:
     """Host pid of the harness: the child of the namespace's init whose pid there is the outer
-    process's pid (confine._start_harness_under_init); init's only child when it could not be chosen."""
+    process's pid (confine._start_harness_under_init), or pid 2 where that pid could not be chosen."""
     inits = _children(outer)
     if not inits:
         return None
-    candidates = _children(inits[0])
-    for pid in candidates:
+    found = {}
+    for pid in _children(inits[0]):
         for line in sigstop.read(f"/proc/{pid}/status").splitlines():
-            if line.startswith("NSpid:") and line.split()[-1] == str(outer):
-                return pid
-    return candidates[0] if len(candidates) == 1 else None
+            if line.startswith("NSpid:"):
+                found[line.split()[-1]] = pid
+    # Init's first child is pid 2 there when its pid could not be chosen; anything else under init
+    # (an orphan of the side's) is never taken for the harness.
+    return found.get(str(outer), found.get("2"))
 
 
 @dataclass
@@ -106,7 +108,6 @@ class SideProcess:
     _frozen_ticks: int = 0
     group: SideGroup | None = None  # its cgroup (cgroup.py)
     _in_group: bool = False
-    _last_pid: int | None = None
     _harness: int | None = None  # host pid of the harness, once found
 
     @classmethod
@@ -247,18 +248,10 @@ class SideProcess:
             self.frozen = set(self.group.pids()) or {self.proc.pid}
             self._frozen_ticks = self.group.cpu_usec()
             return
-        self._last_pid = self._ns_last_pid()
         if not sigstop.stop_tree(self.proc.pid, self.frozen, timeout):
             self.kill("could not be stopped")
             raise ChildFailure("rejected", "a process of the side could not be stopped between windows")
         self._frozen_ticks = self.cpu_ticks(sorted(self.frozen))
-
-    def _ns_last_pid(self) -> int | None:
-        """The last pid handed out in the side's PID namespace (None without one of its own /proc)."""
-        hpid = self.harness_pid()
-        if not hpid or "/proc of the namespace" not in self.notes.get("mounts", ""):
-            return None
-        return sigstop.ns_last_pid(hpid)
 
     def thaw(self) -> None:
         """Let the tree run again, after checking it did not run while stopped."""
@@ -273,10 +266,10 @@ class SideProcess:
             self.frozen = set()
             return
         pids = self.tree()
-        # A process forked while the tree was being stopped can run on unseen and be gone by now; the
-        # namespace's last pid still shows that it was created.
-        forked = self._last_pid is not None and self._ns_last_pid() != self._last_pid
-        if forked or any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
+        # A process forked while the tree was being stopped and gone by now is not seen here (the
+        # namespace's ns_last_pid cannot be read from outside it: the kernel answers for the
+        # reader's own namespace); the cgroup freezer has no such gap.
+        if any(p not in self.frozen for p in pids) or self.cpu_ticks(sorted(self.frozen)) > self._frozen_ticks + 1:
             self.kill("ran while stopped")
             raise ChildFailure("rejected", "a process of the side ran while the side was stopped (it escaped the freeze)")
         sigstop.resume(self.frozen)

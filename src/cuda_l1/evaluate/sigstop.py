@@ -57,12 +57,6 @@ def cpu_ticks(pids: list[int]) -> int:
     return total
 
 
-def ns_last_pid(harness_pid: int) -> int | None:
-    """The last pid handed out in the PID namespace whose /proc the harness mounted."""
-    text = read(f"/proc/{harness_pid}/root/proc/sys/kernel/ns_last_pid").strip()
-    return int(text) if text.isdigit() else None
-
-
 def stop_tree(root: int, stopped: set[int], timeout: float) -> bool:
     """SIGSTOP every process of the tree (adding them to `stopped`) and wait until each of their
     threads is stopped; False if one would not stop in time."""

@@ -45,7 +45,9 @@ def jailed(cmd: Sequence[str], cwd: Path, env: dict) -> list[str]:
     # The launcher by path: compilers get a scrubbed environment, and this package may be importable
     # only through the caller's PYTHONPATH.
     root = str(Path(__file__).resolve().parents[3])  # the directory holding the cuda_l1 package
-    launcher = [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); "
+    # -I: neither the working directory (the build directory, which compilers write) nor user site
+    # directories nor PYTHON* variables reach the launcher's imports.
+    launcher = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {root!r}); "
                 "from cuda_l1.evaluate.build.jail import main; main()"]
     for w in writes:
         launcher += ["--write", w]

@@ -1,0 +1,32 @@
+# reference: linear_gelu
+# expect: rejected
+# check: runs_to_completion
+# Forges the harness's timing: with each reply it sends a second, well-formed one at once, so that the
+# next window's reply is already waiting when that window starts and the window ends immediately.
+import sys
+
+import torch
+import torch.nn as nn
+
+# The harness runs as __main__ (python -m cuda_l1.evaluate.child): patch the live module, not a new import.
+harness = sys.modules["__main__"]
+from cuda_l1.evaluate.protocol import Ran
+
+_original_run = harness.Side.run
+
+
+def _run(self, msg):
+    _original_run(self, msg)
+    self.send(Ran(True, calls=[self.describe(o) for o in self.kept]))
+
+
+harness.Side.run = _run
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)) * 2.0
