@@ -246,7 +246,7 @@ class Evaluator:
         cand = self.supply.take()
         referee = Referee(env, cand, source, config, deadline=started + config.timeout_s)
         try:
-            with referee._phase("load"):
+            with referee.phase("load"):
                 loaded = referee.load()
             if loaded:
                 referee.measure()

@@ -302,7 +302,8 @@ class Referee:
 
     # -- the rounds -----------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _phase(self, name: str):
+    def phase(self, name: str):
+        """Adds the time spent in the block to `phases[name]` (reported in timing.phases_s)."""
         start = time.perf_counter()
         try:
             yield
@@ -314,14 +315,14 @@ class Referee:
         self.telemetry = Telemetry(cfg.device)
         self.telemetry_before = self.telemetry.read()
         measure_start = time.perf_counter()
-        with self._phase("null_windows"):
+        with self.phase("null_windows"):
             overhead_s = self.null_windows(self._fresh_inputs(1))
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
         timed_since = None
         while True:
-            with self._phase("inputs"):
+            with self.phase("inputs"):
                 pristine = self._fresh_inputs(max(plan.values()))
             order = [env.ref, self.cand]
             self.rng.shuffle(order)
@@ -331,17 +332,17 @@ class Referee:
                 timeout = cfg.first_call_timeout_s if first else cfg.call_timeout_s + 50 * side_estimate(side)
                 slots = list(range(plan[side.name]))
                 if side is env.ref:
-                    with self._phase("windows"):
+                    with self.phase("windows"):
                         self._reference_window(slots, timeout, inputs=pristine)
                     try:
-                        with self._phase("input_checks"):
+                        with self.phase("input_checks"):
                             ref_changed = changed_inputs(env.ref, slots, pristine)
                     except Unreadable as exc:
                         raise ReferenceFailure(f"the reference's inputs could not be read back: {exc}") from None
                     if ref_changed:
                         raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
                     continue
-                with self._phase("windows"):
+                with self.phase("windows"):
                     self._window(side, slots, timeout, signals, inputs=pristine)
                 if not side.ran.ok:
                     self._fail("forward_runs", RUNTIME_ERROR, "forward raised:\n" + side.ran.message[-4000:])
@@ -354,7 +355,7 @@ class Referee:
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
                 try:
-                    with self._phase("input_checks"):
+                    with self.phase("input_checks"):
                         changed = changed_inputs(side, slots, pristine)
                 except Unreadable as exc:
                     self._fail("inputs_unchanged", REJECTED, f"the candidate's inputs could not be read back ({exc})")
@@ -363,7 +364,7 @@ class Referee:
                     self._fail("inputs_unchanged", REJECTED, f"the candidate modified its input tensors (call {changed[0] + 1})")
                     return
             self.cand.proc.watch()
-            with self._phase("verification"):
+            with self.phase("verification"):
                 self.verify_round(rounds)
             if self.status is not None:
                 return
@@ -390,7 +391,7 @@ class Referee:
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
                     # The overhead again, now with as many slots written as every recorded window writes.
-                    with self._phase("null_windows"):
+                    with self.phase("null_windows"):
                         overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)

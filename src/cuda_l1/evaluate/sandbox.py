@@ -71,18 +71,14 @@ class ExitInfo:
     reason: str  # "exited", "running", "not started"
 
 
-def _children(pid: int) -> list[int]:
-    return [int(p) for p in sigstop.read(f"/proc/{pid}/task/{pid}/children").split()]
-
-
 def _harness_under_init(outer: int) -> int | None:
     """Host pid of the harness: the child of the namespace's init whose pid there is the outer
     process's pid (confine._start_harness_under_init), or pid 2 where that pid could not be chosen."""
-    inits = _children(outer)
+    inits = sigstop.children(outer)
     if not inits:
         return None
     found = {}
-    for pid in _children(inits[0]):
+    for pid in sigstop.children(inits[0]):
         for line in sigstop.read(f"/proc/{pid}/status").splitlines():
             if line.startswith("NSpid:"):
                 found[line.split()[-1]] = pid

@@ -32,6 +32,11 @@ def _task_state(pid: int, task: str) -> str:
     return text[text.rindex(")") + 2] if ")" in text else "X"
 
 
+def children(pid: int, task: int | str | None = None) -> list[int]:
+    """The children of one thread of `pid` (its main thread by default), as the kernel lists them."""
+    return [int(c) for c in read(f"/proc/{pid}/task/{pid if task is None else task}/children").split()]
+
+
 def process_tree(root: int) -> list[int]:
     """`root` and all its descendants, as the kernel lists them: children of every thread, recursively."""
     out, frontier = [], [root]
@@ -43,7 +48,7 @@ def process_tree(root: int) -> list[int]:
         except OSError:
             continue
         for task in tasks:
-            frontier += [int(c) for c in read(f"/proc/{pid}/task/{task}/children").split()]
+            frontier += children(pid, task)
     return out
 
 
