@@ -433,13 +433,18 @@ def test_probe_detects_a_secret_it_can_see(monkeypatch):
     monkeypatch.setenv("CUDA_L1_PROBE_VALUE", secret)
     assert namespace["leaked"]() is True
     monkeypatch.delenv("CUDA_L1_PROBE_VALUE")
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              env={"PATH": os.environ.get("PATH", ""), "SOME_VALUE": secret})
+    holder = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                              env={"PATH": os.environ.get("PATH", ""), "SOME_VALUE": secret},
+                              stdout=subprocess.PIPE, text=True)
     try:
+        # Popen returns once exec has begun, before the kernel has placed the new environment:
+        # read only after the holder has run some code of its own.
+        assert holder.stdout.readline().strip() == "ready"
         assert namespace["leaked"]() is True
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()
 
 
 @pytest.mark.slow
