@@ -1,7 +1,7 @@
-"""Cost of the speedup's bootstrap interval at 400 paired rounds, against another version of stats.py
+"""Cost of the speedup's bootstrap interval at 400 paired rounds, against another version of speedup_stats.py (stats.py before its rename)
 (a script, not a test).
 
-    git show REV:src/cuda_l1/evaluate/stats.py > /tmp/stats_other.py
+    git show REV:src/cuda_l1/evaluate/speedup_stats.py > /tmp/stats_other.py
     python benchmarks/bootstrap_cost.py /tmp/stats_other.py
 """
 
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from cuda_l1.evaluate import stats as current
+from cuda_l1.evaluate import speedup_stats as current
 
 
 def _load(path: str):

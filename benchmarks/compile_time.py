@@ -36,7 +36,7 @@ from cuda_l1.evaluate.build import (BuildConfig, ExtensionSpec, build_extension,
 from cuda_l1.evaluate.build.compile import nvcc_command
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
 from cuda_l1.evaluate.build.procs import compiler_env, run_command
-from cuda_l1.evaluate.build.sources import cuda_translation_unit
+from cuda_l1.evaluate.build.translation_units import cuda_translation_unit
 
 CUDA_SOURCE = r"""
 #include <torch/extension.h>

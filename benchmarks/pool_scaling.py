@@ -31,7 +31,9 @@ from pathlib import Path
 import torch
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.pool import EvalJob, make_pool, visible_gpus
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.local_pool import visible_gpus
+from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.strategies import STRATEGIES
 from cuda_l1.tasks import load_builtin
 

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from envinfo import environment  # noqa: E402
 
 from cuda_l1.evaluate.config import EvalConfig  # noqa: E402
-from cuda_l1.evaluate.pool import EvalJob, make_pool  # noqa: E402
+from cuda_l1.evaluate.jobs import EvalJob  # noqa: E402
+from cuda_l1.evaluate.pool import make_pool  # noqa: E402
 from cuda_l1.strategies import STRATEGIES  # noqa: E402
 from cuda_l1.tasks import load_builtin  # noqa: E402
 

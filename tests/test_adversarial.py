@@ -13,7 +13,7 @@ from corpus_util import cases
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.confine import landlock_abi
 from cuda_l1.evaluate.evaluator import Evaluator
-from cuda_l1.evaluate.sandbox import SandboxConfig
+from cuda_l1.evaluate.config import SandboxConfig
 
 CPU_CASES = {case.name: case for case in cases("cpu")}
 _evaluators: dict[str, Evaluator] = {}

@@ -10,7 +10,7 @@ import pytest
 from corpus_util import cases
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.evaluator import Evaluator
-from cuda_l1.evaluate.sandbox import SandboxConfig
+from cuda_l1.evaluate.config import SandboxConfig
 
 pytestmark = pytest.mark.gpu
 

@@ -19,12 +19,12 @@ import torch
 from cuda_l1.evaluate.build import (BuildConfig, BuildError, BuildPool, CompileError, ExtensionSpec,
                                     build_extension, build_key, compiler_runs, detect_toolchain,
                                     load_built, load_built_path)
-from cuda_l1.evaluate.build import pool as pool_module
+from cuda_l1.evaluate.build import parallel as pool_module
 from cuda_l1.evaluate.build.compile import nvcc_command
 from cuda_l1.evaluate.build.flags import check_cxx_flags, check_ldflags, check_nvcc_flags
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
 from cuda_l1.evaluate.build.procs import compiler_env, run_command
-from cuda_l1.evaluate.build.sources import MISSING_NAME, cuda_translation_unit, slim_cuda_text
+from cuda_l1.evaluate.build.translation_units import MISSING_NAME, cuda_translation_unit, slim_cuda_text
 
 ADD_SRC = """
 torch::Tensor add_scaled(torch::Tensor a, torch::Tensor b, double alpha) {

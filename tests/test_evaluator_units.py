@@ -13,7 +13,7 @@ from cuda_l1.evaluate.channel import Channel, ChannelError, decode_tensor, encod
 from cuda_l1.evaluate.precision import ToleranceConfig, compare
 from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate.static_scan import scan
-from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
+from cuda_l1.evaluate.speedup_stats import conservative_speedup, speedup_ci, summarize
 
 
 def _pair(key_a=None, key_b=None):

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.pool import EvalJob, make_pool
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import INCORRECT, OK, RUNTIME_ERROR
 from cuda_l1.tasks import make_task, source_id
 
@@ -330,7 +331,8 @@ def test_ray_pool_stops_the_instance_it_started(tmp_path):
     """In a fresh interpreter: make_pool("ray") starts a private instance and close() stops it."""
     script = textwrap.dedent(f"""
         import ray
-        from cuda_l1.evaluate.pool import EvalJob, make_pool
+        from cuda_l1.evaluate.jobs import EvalJob
+        from cuda_l1.evaluate.pool import make_pool
         from test_pool import candidate, make_tasks, quick_config
 
         task = make_tasks({str(tmp_path / "notes.txt")!r})["scale"]

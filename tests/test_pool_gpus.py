@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.pool import EvalJob, LocalPool, visible_gpus
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.local_pool import LocalPool, visible_gpus
 from cuda_l1.evaluate.verdict import OK
 from cuda_l1.tasks import make_task
 

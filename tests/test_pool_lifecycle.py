@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.pool import EvalJob, LocalPool
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.local_pool import LocalPool
 from cuda_l1.evaluate.verdict import OK
 from cuda_l1.tasks import make_task
 
@@ -53,7 +54,8 @@ def get_init_inputs():
 POOL_OWNER = textwrap.dedent('''
     import sys, time
     from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-    from cuda_l1.evaluate.pool import EvalJob, make_pool
+    from cuda_l1.evaluate.jobs import EvalJob
+    from cuda_l1.evaluate.pool import make_pool
     from cuda_l1.tasks import make_task
 
     task = make_task(open(sys.argv[1]).read(), name="slow", level=1, origin="test:slow")

@@ -12,7 +12,8 @@ import pytest
 from cuda_l1.evaluate.build import static_specs
 from cuda_l1.evaluate.build.toolchain import detect_toolchain
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.pool import EvalJob, LocalPool
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.local_pool import LocalPool
 from cuda_l1.evaluate.verdict import OK
 from cuda_l1.tasks import make_task
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from cuda_l1.progress import EvalProgress, clock, plain_line, time_left
 from cuda_l1.report.plots import task_bar_data
-from cuda_l1.report.stats import task_outcomes
+from cuda_l1.report.aggregates import task_outcomes
 from cuda_l1.search.display import Display
 from cuda_l1.tasks.runtime import CANDIDATE_FILENAME, candidate_traceback, load_module
 

@@ -13,7 +13,8 @@ import pytest
 from cuda_l1.evaluate import protocol, timing, validate, verify
 from cuda_l1.evaluate.confine import ConfinePlan, landlock_abi
 from cuda_l1.evaluate.protocol import CallOutputs, ProtocolError
-from cuda_l1.evaluate.sandbox import SandboxConfig, SideProcess
+from cuda_l1.evaluate.config import SandboxConfig
+from cuda_l1.evaluate.sandbox import SideProcess
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux confinement")
 

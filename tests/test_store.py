@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 
 import json
@@ -18,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from cuda_l1.errors import UserError
+from cuda_l1.evaluate.reference_drift import REFERENCE_DRIFT_LIMIT, reference_stable
 from cuda_l1.evaluate.verdict import Check, Verdict
 from cuda_l1.store import SCHEMA_VERSION, Store, norm_hash, normalize_code, schema
+from cuda_l1.store.export import export_solutions_jsonl
 from cuda_l1.tasks import load_solutions_jsonl
 from cuda_l1.tasks.task import Task
 
@@ -112,6 +115,36 @@ def test_reopen_keeps_data_and_readonly_refuses_writes(tmp_path):
 
 
 # -- candidates and normalisation ----------------------------------------------------------------------
+
+
+def test_store_modules_import_no_cycle():
+    """Every import counts, function-level and TYPE_CHECKING ones too: e.g. the export reads the Store,
+    so the store must not import the export back."""
+    modules = {f.stem: f for f in Path(schema.__file__).parent.glob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "cuda_l1.store":
+                edges[name] |= {a.name if a.name in modules else "__init__" for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cuda_l1.store."):
+                edges[name].add(node.module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                edges[name] |= {a.name.split(".")[2] for a in node.names if a.name.startswith("cuda_l1.store.")}
+
+    def in_a_cycle(start: str) -> bool:
+        seen, todo = set(), list(edges[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.extend(edges.get(name, ()))
+        return False
+
+    assert [name for name in modules if in_a_cycle(name)] == []
+    assert "export" not in edges["store"] and "store" in edges["export"]
 
 
 def test_normalised_hash_ignores_layout_but_not_strings():
@@ -282,6 +315,18 @@ def test_correct_verdicts_keep_the_reference_timing_and_flag_a_disturbed_window(
     assert store.reference_timing(TASK_A.id, "cpu", torch_a)["samples_ms"] == [2.0, 2.1, 1.95, 2.6]
 
 
+def test_reference_stable_judges_a_median_against_the_kept_ones():
+    first = reference_stable(2.0, {})
+    assert first.name == "reference_stable" and first.passed is None and first.blocking is False
+    assert reference_stable(2.0, {"median_ms": 2.0}).passed is None  # a median with no samples is no yardstick
+    kept = {"median_ms": 2.0, "samples_ms": [1.9, 2.0, 2.1]}
+    assert REFERENCE_DRIFT_LIMIT == 0.10
+    assert reference_stable(2.18, kept).passed is True  # +9%: within the limit
+    assert reference_stable(1.82, kept).passed is True  # -9%
+    fast = reference_stable(1.7, kept)
+    assert fast.passed is False and "-15.0%" in fast.detail and "3 earlier verdict(s)" in fast.detail
+
+
 def test_run_results_resume_and_export(store, tmp_path):
     run = store.start_run("bench", {"tasks": 2})
     later = store.start_run("bench-2", {})
@@ -308,14 +353,14 @@ def test_run_results_resume_and_export(store, tmp_path):
     assert rows[2]["reasons"] == ["too slow"] and rows[2]["verdict"]["status"] == "timeout"
 
     out = tmp_path / "solutions.jsonl"
-    assert store.export_solutions_jsonl(out, run_id=run, device="cpu") == 1  # task B has no correct candidate
+    assert export_solutions_jsonl(store, out, run_id=run, device="cpu") == 1  # task B has no correct candidate
     record = json.loads(out.read_text())
     assert record["custom_code"] == code(3) and record["score_speedup"] == 2.2
     assert (record["level_id"], record["task_id"], record["task_name"]) == (1, 3, "3_Double")
-    assert store.export_solutions_jsonl(out) == 1 and json.loads(out.read_text())["score_speedup"] == 9.0
+    assert export_solutions_jsonl(store, out) == 1 and json.loads(out.read_text())["score_speedup"] == 9.0
 
     store.record_verdict(b1, ok(1.3, device="NVIDIA H200"), run_id=run)
-    assert store.export_solutions_jsonl(out, run_id=run) == 2
+    assert export_solutions_jsonl(store, out, run_id=run) == 2
     loaded = load_solutions_jsonl(out)  # the audit command's reader accepts it
     assert [r.task.id for r in loaded] == [TASK_A.id, TASK_B.id]
     assert loaded[1].record["task_id"] == 4  # unnumbered task: one past the level's highest number

@@ -9,7 +9,8 @@ import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.evaluator import Evaluator, timing_core
-from cuda_l1.evaluate.pool import EvalJob, LocalPool
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.local_pool import LocalPool
 from cuda_l1.evaluate.verdict import OK
 from cuda_l1.tasks import make_task
 

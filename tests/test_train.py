@@ -114,6 +114,26 @@ def test_drivers_refuse_to_run_once_per_gpu(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "si").exists()
 
 
+def test_store_defaults_to_history_sqlite_in_the_output_folder(tmp_path):
+    """The name `bench` and `optimize` give their store; a configured path wins over any default."""
+    from cuda_l1.train.outputs import store_path
+
+    assert store_path("", tmp_path) == tmp_path / "history.sqlite"
+    (tmp_path / "history.sqlite").touch()
+    (tmp_path / "history.db").touch()  # both: the current name wins
+    assert store_path("", tmp_path) == tmp_path / "history.sqlite"
+    assert store_path(str(tmp_path / "shared.db"), tmp_path) == tmp_path / "shared.db"
+
+
+def test_store_of_an_older_output_folder_stays_history_db(tmp_path):
+    """An output folder written before the rename keeps its history.db, so a resumed run keeps its history."""
+    from cuda_l1.train.outputs import store_path
+
+    (tmp_path / "history.db").touch()
+    assert store_path("", tmp_path) == tmp_path / "history.db"
+    assert store_path("", str(tmp_path)) == tmp_path / "history.db"
+
+
 def test_trainer_table_is_checked_against_trl(tmp_path):
     from cuda_l1.errors import UserError
     from cuda_l1.train.rl_config import RLStageConfig
@@ -158,7 +178,7 @@ def test_example_configs_load_and_defaults_render(tmp_path, capsys):
 
 def test_canonical_rows_keep_the_analysis_and_exactly_the_verified_code():
     from cuda_l1.train.dataset import make_row
-    from cuda_l1.train.judge import Attempt, Outcome
+    from cuda_l1.train.attempts import Attempt, Outcome
 
     messy = ("Plan: fuse it.\n\n```python\nclass ModelNew: pass  # a draft\n```\n\nFinal:\n\n"
              f"```python\n{eager_code(LAYERNORM)}```\n\nHope this helps!")
@@ -285,7 +305,7 @@ def test_exemplars_and_best_speedup_come_from_verdicts_under_the_same_settings(t
     prompt shows none of them and the re-measure rule does not measure against them."""
     from cuda_l1.evaluate.config import EvalConfig
     from cuda_l1.evaluate.precision import ToleranceConfig
-    from cuda_l1.train.judge import Judge
+    from cuda_l1.train.attempts import Judge
 
     ours, other = EvalConfig(), EvalConfig(tolerance=ToleranceConfig(mode="kernelbench"))
     assert ours.config_key() != other.config_key()
@@ -310,9 +330,9 @@ def test_exemplars_and_best_speedup_come_from_verdicts_under_the_same_settings(t
 @pytest.mark.slow
 def test_reward_function_judges_with_the_evaluator_and_writes_the_store(tmp_path):
     from cuda_l1.train.config import EvalSection
-    from cuda_l1.train.judge import Judge
+    from cuda_l1.train.attempts import Judge
     from cuda_l1.train.reward import EvaluatorReward
-    from cuda_l1.train.runtime import open_pool
+    from cuda_l1.train.eval_pool import open_pool
 
     store = Store(tmp_path / "h.db")
     store.add_task(LAYERNORM)

@@ -19,10 +19,10 @@ pytest.importorskip("trl")
 from cuda_l1.cli.app import run as cli  # noqa: E402
 from cuda_l1.errors import UserError  # noqa: E402
 from cuda_l1.train.config import load_config  # noqa: E402
+from cuda_l1.train.preflight import check_stage  # noqa: E402
 from cuda_l1.train.rl_config import RLStageConfig  # noqa: E402
 from cuda_l1.train.self_improve_config import SelfImproveConfig  # noqa: E402
 from cuda_l1.train.sft_config import SFTStageConfig  # noqa: E402
-from cuda_l1.train.trainer_args import check_stage  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "train"
@@ -52,7 +52,7 @@ def example_files() -> list[Path]:
 def test_every_example_builds_into_the_objects_it_configures(path, gpu_host, monkeypatch):
     from trl import GRPOConfig, SFTConfig
 
-    from cuda_l1.train.runtime import select_tasks
+    from cuda_l1.train.task_selection import select_tasks
     from cuda_l1.train.steering import read_answers
 
     monkeypatch.chdir(REPO)  # the examples' relative paths are relative to the repository root

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references, device_key,
-                           evaluate_candidates, resolve_device, write_report)
+                           evaluate_candidates, write_report)
+from cuda_l1.devices import Device, as_device
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
 
@@ -49,20 +50,20 @@ def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) 
     return "holds" if measured >= hold_fraction * claim else "shrinks"
 
 
-def run_audit(path: str, out_dir: str, *, device: str | None, config: EvalConfig, cluster: str = "local",
+def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: EvalConfig, cluster: str = "local",
               workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True) -> dict:
-    device = resolve_device(device, cluster)
-    config = dataclasses.replace(config, device=device)
+    device = as_device(device, cluster)
+    config = dataclasses.replace(config, device=str(device))
     candidates, missing = candidates_from_jsonl(path)
-    check_references([c.task for c in candidates], device, cluster)  # a broken ref_code is bad input
+    check_references([c.task for c in candidates], device)  # a broken ref_code is bad input
     verdicts: dict[int, Verdict] = {}
 
     def keep(cand: Candidate, verdict: Verdict) -> None:
         verdicts[cand.meta["line"]] = verdict
 
-    ctx = RunContext(out_dir, "audit", {"source": path, "device": device})
+    ctx = RunContext(out_dir, "audit", {"source": path, "device": str(device)})
     try:
-        evaluate_candidates(ctx, candidates, config, cluster=cluster, workers=workers, progress=progress,
+        evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
                             on_result=keep)
         dkey, ckey = device_key(device), config.config_key()
         rows = []

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cuda_l1.devices import Device, as_device
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.pool import EvalJob, make_pool
+from cuda_l1.evaluate.jobs import EvalJob
+from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.progress import EvalProgress
 from cuda_l1.tasks import Task, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
@@ -77,34 +79,13 @@ def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
     return out
 
 
-def device_key(device: str) -> str:
+def device_key(device: Device) -> str:
     """How verdicts are filed in the store: by the device's name, so runs on one GPU type resume."""
-    import torch
-
     from cuda_l1.evaluate.device import device_name, normalize_device
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        return "cuda (remote cluster)"  # the driver has no GPU; the workers' GPUs judge
-    return device_name(normalize_device(device))
-
-
-def resolve_device(device: str | None, cluster: str = "local") -> str:
-    """The device to evaluate on. With a Ray cluster the GPUs are the cluster's, not this host's."""
-    import torch
-
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() or cluster != "local" and device == "auto" else "cpu"
-    check_device_string(device)
-    if device.startswith("cuda") and not torch.cuda.is_available() and cluster == "local":
-        raise UserError(f"--device {device} was asked for, but no CUDA device is visible; use --device cpu.")
-    return device
-
-
-def check_device_string(device: str) -> str:
-    """The one spelling rule for --device: cpu, cuda or cuda:N."""
-    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise UserError(f"--device is cpu, cuda or cuda:N (got {device!r}).")
-    return device
+    if device.remote and device.is_cuda:
+        return "cuda (remote cluster)"  # the driver has no GPU to name; the workers' GPUs judge
+    return device_name(normalize_device(str(device)))
 
 
 class RunContext:
@@ -124,12 +105,12 @@ class RunContext:
         self.store.close()
 
 
-def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, cluster: str = "local",
-                        workers: int | None = None, progress: bool = True,
+def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, device: Device,
+                        cluster: str = "local", workers: int | None = None, progress: bool = True,
                         on_result: Callable[[Candidate, Verdict], None] | None = None) -> dict:
     """Evaluate every candidate not yet judged on this device under these settings; store each verdict
     as it arrives (a kill loses nothing already judged). Returns counts."""
-    store, dkey, ckey = ctx.store, device_key(config.device), config.config_key()
+    store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[Candidate] = []
     for cand in candidates:
         store.add_task(cand.task)
@@ -164,21 +145,21 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
     return text
 
 
-def check_references(tasks: Iterable[Task], device: str, cluster: str = "local") -> None:
+def check_references(tasks: Iterable[Task], device: Device) -> None:
     """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
     instead of as a failing verdict of each candidate. Skipped for GPUs that only a cluster has."""
     import torch
 
     from cuda_l1.tasks.runtime import check_reference
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.remote:
         return
     seen: set[str] = set()
     for task in tasks:
         if task.id not in seen:
             seen.add(task.id)
-            check_reference(task, "cuda" if device == "cuda" else device)
-    if device.startswith("cuda"):
+            check_reference(task, str(device))
+    if device.is_cuda:
         torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers
 
 
@@ -224,13 +205,14 @@ def noise_summary(out_dir: str | Path, rows: list) -> dict:
     }
 
 
-def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None, device: str | None,
+def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None,
+              device: Device | str | None,
               config: EvalConfig, cluster: str = "local", workers: int | None = None, tasks_source: str | None = None,
               progress: bool = True, limit: int | None = None) -> dict:
     """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory.
     `limit` keeps the first N tasks (after --levels)."""
-    device = resolve_device(device, cluster)
-    config = dataclasses.replace(config, device=device)
+    device = as_device(device, cluster)
+    config = dataclasses.replace(config, device=str(device))
     notes: list[str] = []
     path = Path(source)
     if source.endswith(".jsonl"):
@@ -240,7 +222,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
         candidates = candidates_from_directory(source, load_tasks(tasks_source, levels=levels))
     else:
         tasks = select_tasks(source, levels, limit)
-        candidates, notes = strategy_candidates(tasks, strategies, device)
+        candidates, notes = strategy_candidates(tasks, strategies, str(device))
         if not candidates:
             raise UserError(f"none of the strategies {', '.join(strategies)} applies on {device}; "
                             "try --strategies eager,compile.")
@@ -251,10 +233,11 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
         candidates = [c for c in candidates if c.task.id in keep]
     if not candidates:
         raise no_task_matched(source, levels)
-    check_references([c.task for c in candidates], device, cluster)
-    ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": device})
+    check_references([c.task for c in candidates], device)
+    ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": str(device)})
     try:
-        counts = evaluate_candidates(ctx, candidates, config, cluster=cluster, workers=workers, progress=progress)
+        counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
+                                     progress=progress)
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from cuda_l1.settings import setting
 from cuda_l1.tasks import Task
 
 CALIBRATION_NAME = "calibration.json"
@@ -31,11 +32,12 @@ CALIBRATION_NAME = "calibration.json"
 class CalibrationConfig:
     """How the A/A check runs and what counts as too noisy."""
 
-    tasks: int = 3  # tasks timed against themselves (spread over the levels present)
-    quick: bool = True  # quick timing: the check costs seconds, not minutes
-    band_cpu: float = 0.05  # identical code may measure within 1 +- this on a CPU
-    band_gpu: float = 0.02  # ... and within 1 +- this on a GPU
-    max_off_fraction: float = 1 / 3  # share of verdicts that may fall outside the band, or score other than 1.00
+    tasks: int = setting(3, "tasks timed against themselves (spread over the levels present)")
+    quick: bool = setting(True, "quick timing: the check costs seconds, not minutes")
+    band_cpu: float = setting(0.05, "identical code may measure within 1 +- this on a CPU")
+    band_gpu: float = setting(0.02, "... and within 1 +- this on a GPU")
+    max_off_fraction: float = setting(1 / 3, "share of verdicts that may fall outside the "
+                                      "band, or score other than 1.00")
 
 
 def band_for(device: str, config: CalibrationConfig | None = None) -> float:

@@ -9,7 +9,7 @@ import sys
 from cuda_l1.cli.app import app, run
 
 # One module per command group; each registers its commands on `app` when imported.
-COMMAND_MODULES = ("tasks_cmd", "eval_cmd", "bench_cmd", "optimize_cmd", "calibrate_cmd", "train_cmd")
+COMMAND_MODULES = ("tasks_cmd", "eval_cmd", "bench_cmd", "optimize_cmd", "calibrate_cmd", "train_cmd", "settings_cmd")
 
 for _name in COMMAND_MODULES:
     if importlib.util.find_spec(f"{__name__}.{_name}") is not None:

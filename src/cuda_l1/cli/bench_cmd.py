@@ -75,17 +75,19 @@ def bench_command(
     """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
 
     Writes summary.json, results.csv, report.html and plots to --out."""
-    from cuda_l1.bench import check_references, load_summary, resolve_device, run_bench, select_tasks
+    from cuda_l1.bench import check_references, load_summary, run_bench, select_tasks
     from cuda_l1.cli.calibrate_cmd import noise_check
+    from cuda_l1.devices import parse_device
 
     chosen = _strategies(strategies)
     level_set = parse_levels(levels)
-    config = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
+    target = parse_device(device, cluster)
+    config = eval_config(target, tolerance, quick, timeout=timeout)
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
         noise_tasks = select_tasks(tasks or source, level_set, limit)
-        check_references(noise_tasks, config.device, cluster)
-        noise_check(noise_tasks, config, out, quiet=as_json)
-    result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=config.device, config=config,
+        check_references(noise_tasks, target)
+        noise_check(noise_tasks, config, target, out, quiet=as_json)
+    result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,
                        cluster=cluster, workers=workers, tasks_source=tasks, progress=not as_json, limit=limit)
     summary = load_summary(out)
     if as_json:
@@ -116,12 +118,13 @@ def audit_command(
 ) -> None:
     """Re-evaluate a published solution set with this evaluator: claimed vs measured, per task and in total."""
     from cuda_l1.audit import run_audit
-    from cuda_l1.bench import resolve_device
+    from cuda_l1.devices import parse_device
 
     if not solutions.endswith(".jsonl"):
         raise UserError("audit reads a .jsonl solution set.", path=solutions)
-    config = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
-    result = run_audit(solutions, str(out), device=config.device, config=config, cluster=cluster, workers=workers,
+    target = parse_device(device, cluster)
+    config = eval_config(target, tolerance, quick, timeout=timeout)
+    result = run_audit(solutions, str(out), device=target, config=config, cluster=cluster, workers=workers,
                        hold_fraction=hold, progress=not as_json)
     if as_json:
         print_json(result)

@@ -10,20 +10,20 @@ from rich.markup import escape
 
 from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, err_console, print_json
+from cuda_l1.devices import Device, parse_device
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import parse_levels
 
 
-def noise_check(tasks: list, config, out: Path | None, *, quiet: bool, count: int = 3,
+def noise_check(tasks: list, config, device: Device, out: Path | None, *, quiet: bool, count: int = 3,
                 quick: bool = True) -> dict | None:
     """Run the A/A check on a few of `tasks`; print each point as it comes (stderr) and the verdict;
     save it to OUT/calibration.json when a run directory is given. None when the GPUs are a cluster's
     (this host has none to time on)."""
-    import torch
 
     from cuda_l1.calibrate import CalibrationConfig, point_line, run_calibration, save_calibration, verdict_text
 
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
+    if device.remote:
         if not quiet:
             err_console.print("noise check skipped: the GPUs are the cluster's, not this host's.", markup=False)
         return None
@@ -60,14 +60,15 @@ def calibrate_command(
 ) -> None:
     """Time the unchanged reference against itself (A/A) on a few tasks: how far identical code strays on
     this host, and whether that is too far to trust a speedup measured here."""
-    from cuda_l1.bench import check_references, resolve_device, select_tasks
+    from cuda_l1.bench import check_references, select_tasks
     from cuda_l1.calibrate import pick_tasks
     from cuda_l1.cli.eval_cmd import eval_config
 
-    config = eval_config(resolve_device(device), "oracle", not full, timeout=timeout)
+    target = parse_device(device)
+    config = eval_config(target, "oracle", not full, timeout=timeout)
     tasks = pick_tasks(select_tasks(source, parse_levels(levels)), count)
-    check_references(tasks, config.device)
-    result = noise_check(tasks, config, out, quiet=as_json, count=count, quick=not full)
+    check_references(tasks, target)
+    result = noise_check(tasks, config, target, out, quiet=as_json, count=count, quick=not full)
     if result is None:
         raise UserError("calibrate times on this host's devices; --device cuda needs a visible GPU here.")
     if as_json:

@@ -10,17 +10,12 @@ from rich.table import Table
 
 from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
+from cuda_l1.devices import Device
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import load_task_file
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def eval_config(device: str | None, tolerance: str, quick: bool | None, no_timing: bool = False,
+def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: bool = False,
                 timeout: float | None = None):
     """The EvalConfig the options describe. quick None: quick timing on a CPU, full on a GPU (the batch
     commands' default, which keeps the README's main job within minutes on a CPU)."""
@@ -29,14 +24,11 @@ def eval_config(device: str | None, tolerance: str, quick: bool | None, no_timin
 
     if tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"--tolerance is 'oracle' or 'kernelbench' (got {tolerance!r}).")
-    from cuda_l1.bench import check_device_string
-
-    device = check_device_string(device or default_device())
     if quick is None:
-        quick = not device.startswith("cuda")
+        quick = not device.is_cuda
     timing = TimingConfig.quick() if quick else TimingConfig()
     timing.enabled = not no_timing
-    config = EvalConfig(device=device, tolerance=ToleranceConfig(mode=tolerance), timing=timing)
+    config = EvalConfig(device=str(device), tolerance=ToleranceConfig(mode=tolerance), timing=timing)
     if timeout is not None:
         config.timeout_s = float(timeout)
     return config
@@ -90,13 +82,15 @@ def eval_command(
     """Evaluate CANDIDATE against REFERENCE: isolation, correctness, integrity, timing.
 
     Exit 0 whenever a verdict was produced, whatever it says; 2 for a broken reference or bad options."""
-    from cuda_l1.bench import check_references, resolve_device
+    from cuda_l1.bench import check_references
+    from cuda_l1.devices import parse_device
     from cuda_l1.evaluate.evaluator import Evaluator
 
     task = load_task_file(reference)
     source = _read_candidate(candidate)
-    config = eval_config(resolve_device(device), tolerance, quick, no_timing, timeout)
-    check_references([task], config.device)
+    target = parse_device(device)
+    config = eval_config(target, tolerance, quick, no_timing, timeout)
+    check_references([task], target)
     with console.status("evaluating…") if not as_json else _null():
         evaluator = Evaluator(task, config)
         try:

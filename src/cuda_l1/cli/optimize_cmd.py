@@ -102,25 +102,27 @@ def optimize_command(
     Recent failures are shown too; every answer is evaluated and written back. Writes solutions.jsonl
     (the format `cuda-l1 audit` reads), summary.json, results.csv, report.html and events.jsonl to --out.
     Without an endpoint only the offline strategies run."""
-    from cuda_l1.bench import check_references, load_summary, resolve_device, select_tasks
+    from cuda_l1.bench import check_references, load_summary, select_tasks
+    from cuda_l1.devices import parse_device
     from cuda_l1.cli.calibrate_cmd import noise_check
     from cuda_l1.search import SearchConfig, run_optimize
     from cuda_l1.search.run import pick_tasks
 
     chosen = endpoints_from_options(base_url, model, endpoints, api_key_env, max_tokens, temperature)
     level_set = parse_levels(levels)
-    evaluation = eval_config(resolve_device(device, cluster), tolerance, quick, timeout=timeout)
+    target = parse_device(device, cluster)
+    evaluation = eval_config(target, tolerance, quick, timeout=timeout)
     if strategies is None:
-        strategies = GPU_STRATEGIES if evaluation.device.startswith("cuda") else CPU_STRATEGIES
+        strategies = GPU_STRATEGIES if target.is_cuda else CPU_STRATEGIES
     config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,
                           strategies=_strategy_names(strategies), seed=seed)
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
     tasks = pick_tasks(select_tasks(source, level_set), selectors)
-    check_references(tasks, evaluation.device, cluster)
+    check_references(tasks, target)
     if calibrate:
-        noise_check(tasks, evaluation, out, quiet=as_json)
+        noise_check(tasks, evaluation, target, out, quiet=as_json)
     result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,
-                          device=evaluation.device, levels=level_set, cluster=cluster, workers=workers,
+                          device=target, levels=level_set, cluster=cluster, workers=workers,
                           progress=not as_json, tasks=selectors)
     if as_json:
         print_json({**result, "noise": load_summary(out).get("noise")})

@@ -63,7 +63,7 @@ def _load(stage: str, config: Path, overrides: list[str] | None, **forced):
     extra = [f"{key}={value}" for key, value in forced.items()]
     cfg = load_config(_config_class(stage), config, list(overrides or []) + extra)
     _check_installed()
-    from cuda_l1.train.trainer_args import check_stage
+    from cuda_l1.train.preflight import check_stage
 
     try:
         check_stage(stage, cfg)

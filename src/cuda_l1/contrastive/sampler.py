@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 
 T = TypeVar("T")
 SCORE_KINDS = ("log", "mean")
@@ -29,11 +30,11 @@ SCORE_KINDS = ("log", "mean")
 class SamplerConfig:
     """How exemplars are drawn for a contrastive prompt."""
 
-    n_exemplars: int = 2  # exemplars per prompt (the paper shows two)
-    temperature: float = 1.0  # softmax temperature over bucket scores: low = fastest bucket, high = uniform
-    bucket_edges: tuple[float, ...] = (0.8, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0)  # speedups where buckets split
-    score: str = "log"  # bucket score: "log" = mean log-speedup (default), "mean" = mean speedup
-    seed: int | None = None  # seed of the sampler's RNG when the caller passes none
+    n_exemplars: int = setting(2, "exemplars per prompt (the paper shows two)")
+    temperature: float = setting(1.0, "softmax temperature over bucket scores: low = fastest bucket, high = uniform")
+    bucket_edges: tuple[float, ...] = setting((0.8, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0), "speedups where buckets split")
+    score: str = setting("log", 'bucket score: "log" = mean log-speedup (default), "mean" = mean speedup')
+    seed: int | None = setting(None, "seed of the sampler's RNG when the caller passes none")
 
     def __post_init__(self) -> None:
         self.bucket_edges = tuple(float(e) for e in self.bucket_edges)

@@ -11,19 +11,18 @@ outputs from outside (remote.py) at positions it draws afterwards. What it print
 from __future__ import annotations
 
 import argparse
-import builtins
 import copy
 import json
 import mmap
 import os
 import sys
-import time
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import ConfinePlan, confine_process
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, LeafVerdict, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verified, Verify, encode)
+from cuda_l1.evaluate.rebinding import rebound, snapshot
 from cuda_l1.evaluate.validate import decode
 from cuda_l1.evaluate.warmup import prewarm, probe_ipc
 
@@ -42,26 +41,6 @@ def _plain(value):
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
-
-
-# Names whose re-binding is reported as a signal (informational: nothing a side says decides a verdict).
-def _guarded():
-    import torch
-    import torch.nn.functional as F
-
-    return {"torch": vars(torch), "torch.Tensor": vars(torch.Tensor), "torch.nn.functional": vars(F),
-            "torch.nn.Module": vars(torch.nn.Module), "torch.cuda": vars(torch.cuda), "time": vars(time),
-            "builtins": vars(builtins), "os": vars(os)}
-
-
-def snapshot() -> dict:
-    return {f"{space}.{name}": value for space, mapping in _guarded().items()
-            for name, value in list(mapping.items()) if callable(value) or isinstance(value, type)}
-
-
-def rebound(before: dict) -> list[str]:
-    after = snapshot()
-    return sorted(k for k, v in before.items() if after.get(k, v) is not v)[:20]
 
 
 class Side:

@@ -2,30 +2,53 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_l1.evaluate.precision import ToleranceConfig
-from cuda_l1.evaluate.sandbox import SandboxConfig
+from cuda_l1.settings import setting
+
+
+@dataclass
+class SandboxConfig:
+    """Limits and isolation layers for one side's process."""
+
+    namespaces: bool = setting(True, "new PID, network and mount namespaces where the platform allows")
+    landlock: bool = setting(True, "filesystem (and TCP, signal) confinement where the kernel allows")
+    seccomp: bool = setting(True, "refuse scheduling, affinity, ptrace and namespace system calls")
+    drop_identity: bool = setting(True, "an unprivileged uid where possible, else uid 0 without capabilities")
+    cgroup: bool = setting(True, "a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made")
+    memory_bytes: int = setting(16 * 2**30, "resident memory of the side's process tree plus its /dev/shm")
+    shm_bytes: int = setting(64 * 2**20, "size of the side's private /dev/shm")
+    scratch_bytes: int = setting(4 * 2**30, "size of the side's scratch directory (a tmpfs"
+                                 " where mount namespaces work)")
+    max_processes: int = setting(32, "processes in the side's tree (fork bombs end here)")
+    cpu_seconds: int = setting(3600, "RLIMIT_CPU")
+    file_bytes: int = setting(512 * 2**20, "RLIMIT_FSIZE: largest file the side may write")
+    open_files: int = setting(4096, "RLIMIT_NOFILE")
+    log_bytes: int = setting(16_000, "how much of the side's output the verdict keeps")
+    scratch_root: str | None = setting(None, "where scratch directories are made (default: the system temp dir)")
+    keep_scratch: bool = setting(False, "keep the scratch directory for debugging")
+
 
 
 @dataclass
 class TimingConfig:
     """The timing protocol: rounds of one window per side, in random order, on fresh inputs."""
 
-    enabled: bool = True  # time candidates (off: correctness only, a few rounds)
-    window_s: float = 0.02  # target length of one window (a batch of back-to-back calls)
-    warmup_rounds: int = 3  # rounds before any is recorded (the first is always one call per side)
-    warmup_s: float = 0.2  # and at least this long
-    min_rounds: int = 12  # recorded rounds before stopping is allowed
-    max_rounds: int = 200  # hard cap on recorded rounds
-    target_width: float = 0.02  # stop once the 95% interval is this narrow, relative to the speedup
-    max_time_s: float = 10.0  # cap on the recorded phase
-    flush_cache: bool = True  # flush the last-level cache before every window
-    spot_checks: int = 64  # positions of every output compared for each checked call
-    checked_calls: int = 8  # calls of each candidate window, drawn after it, compared with the reference
-    full_check_rate: float = 0.2  # share of later rounds in which one checked call is compared in full
-    remeasure_above: float = 3.0  # re-measure in a fresh process when the speedup exceeds this
-    remeasure_vs_best: float = 2.0  # ... or exceeds this multiple of the best speedup known for the task
+    enabled: bool = setting(True, "time candidates (off: correctness only, a few rounds)")
+    window_s: float = setting(0.02, "target length of one window (a batch of back-to-back calls)")
+    warmup_rounds: int = setting(3, "rounds before any is recorded (the first is always one call per side)")
+    warmup_s: float = setting(0.2, "and at least this long")
+    min_rounds: int = setting(12, "recorded rounds before stopping is allowed")
+    max_rounds: int = setting(200, "hard cap on recorded rounds")
+    target_width: float = setting(0.02, "stop once the 95% interval is this narrow, relative to the speedup")
+    max_time_s: float = setting(10.0, "cap on the recorded phase")
+    flush_cache: bool = setting(True, "flush the last-level cache before every window")
+    spot_checks: int = setting(64, "positions of every output compared for each checked call")
+    checked_calls: int = setting(8, "calls of each candidate window, drawn after it, compared with the reference")
+    full_check_rate: float = setting(0.2, "share of later rounds in which one checked call is compared in full")
+    remeasure_above: float = setting(3.0, "re-measure in a fresh process when the speedup exceeds this")
+    remeasure_vs_best: float = setting(2.0, "... or exceeds this multiple of the best speedup known for the task")
 
     @classmethod
     def quick(cls) -> "TimingConfig":
@@ -38,22 +61,26 @@ class TimingConfig:
 class EvalConfig:
     """Everything that decides how one candidate is judged."""
 
-    device: str = "cpu"  # "cpu", "cuda" or "cuda:N"
-    tolerance: ToleranceConfig = field(default_factory=ToleranceConfig)  # the precision policy
-    timing: TimingConfig = field(default_factory=TimingConfig)  # the timing protocol
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)  # isolation and limits of each side
-    correctness_trials: int = 5  # rounds in which one call is compared in full against the float64 oracle
-    timeout_s: float = 180.0  # wall-clock limit for one candidate's whole evaluation (load, checks, timing)
-    load_timeout_s: float = 900.0  # importing the candidate, including extension builds
-    first_call_timeout_s: float = 300.0  # the first window (JIT compilers such as Triton or torch.compile)
-    call_timeout_s: float = 60.0  # any later window
-    threads: int | None = None  # CPU threads of each side (default 1 on CPU: both sides share one core)
-    cpu_core: int | None = None  # the core both sides are timed on (None: on CPU the idlest core, on a GPU unpinned)
-    best_known_speedup: float | None = None  # best verified speedup for this task, for the re-measure rule
-    remeasure: bool = True  # apply the re-measure rule
-    prewarm: bool | None = None  # keep a spare candidate process (torch imported, device ready) started ahead; default: on CUDA
-    build_cache_dir: str | None = None  # where extension builds are cached (default: CUDA_L1_CACHE or ~/.cache)
-    input_memory_bytes: int | None = None  # budget for the input slots of both sides (default: a quarter of the device)
+    device: str = setting("cpu", '"cpu", "cuda" or "cuda:N"')
+    tolerance: ToleranceConfig = setting(factory=ToleranceConfig, help="the precision policy")
+    timing: TimingConfig = setting(factory=TimingConfig, help="the timing protocol")
+    sandbox: SandboxConfig = setting(factory=SandboxConfig, help="isolation and limits of each side")
+    correctness_trials: int = setting(5, "rounds in which one call is compared in full against the float64 oracle")
+    timeout_s: float = setting(180.0, "wall-clock limit for one candidate's whole evaluation (load, checks, timing)")
+    load_timeout_s: float = setting(900.0, "importing the candidate, including extension builds")
+    first_call_timeout_s: float = setting(300.0, "the first window (JIT compilers such as Triton or torch.compile)")
+    call_timeout_s: float = setting(60.0, "any later window")
+    threads: int | None = setting(None, "CPU threads of each side (default 1 on CPU: both sides share one core)")
+    cpu_core: int | None = setting(None, "the core both sides are timed on (None: on CPU "
+                                   "the idlest core, on a GPU unpinned)")
+    best_known_speedup: float | None = setting(None, "best verified speedup for this task, for the re-measure rule")
+    remeasure: bool = setting(True, "apply the re-measure rule")
+    prewarm: bool | None = setting(None, "keep a spare candidate process (torch imported, device "
+                                   "ready) started ahead; default: on CUDA")
+    build_cache_dir: str | None = setting(None, "where extension builds are cached (default:"
+                                          " CUDA_L1_CACHE or ~/.cache)")
+    input_memory_bytes: int | None = setting(None, "budget for the input slots of both sides "
+                                             "(default: a quarter of the device)")
 
     def config_key(self) -> str:
         """What makes two verdicts comparable: the precision policy and how long and how finely the

@@ -35,7 +35,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from cuda_l1.evaluate import landlock, seccomp
+from cuda_l1.evaluate import landlock, seccomp, sigstop
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -334,3 +334,19 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
 
 
 landlock_abi = landlock.landlock_abi  # what the kernel offers (tests and reports ask here)
+
+
+def harness_under_init(outer: int) -> int | None:
+    """Host pid of the harness: the child of the namespace's init whose pid there is the outer
+    process's pid (_start_harness_under_init), or pid 2 where that pid could not be chosen."""
+    inits = sigstop.children(outer)
+    if not inits:
+        return None
+    found = {}
+    for pid in sigstop.children(inits[0]):
+        for line in sigstop.read(f"/proc/{pid}/status").splitlines():
+            if line.startswith("NSpid:"):
+                found[line.split()[-1]] = pid
+    # Init's first child is pid 2 there when its pid could not be chosen; anything else under init
+    # (an orphan of the side's) is never taken for the harness.
+    return found.get(str(outer), found.get("2"))

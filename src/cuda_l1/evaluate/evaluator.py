@@ -22,7 +22,7 @@ import torch
 
 from cuda_l1.errors import TaskError, UserError
 from cuda_l1.evaluate import static_scan
-from cuda_l1.evaluate.builder import default_builder
+from cuda_l1.evaluate.build.requests import default_builder
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
 from cuda_l1.evaluate.protocol import Mapped, Release, Setup

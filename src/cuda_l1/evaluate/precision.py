@@ -15,16 +15,19 @@ from dataclasses import dataclass
 
 import torch
 
+from cuda_l1.settings import setting
+
 
 @dataclass
 class ToleranceConfig:
     """How close a candidate's outputs must be."""
 
-    mode: str = "oracle"  # "oracle" (float64 reference, relative to the reference's own error) or "kernelbench"
-    error_factor: float = 10.0  # candidate error may be this many times the reference's own error
-    floor_eps: float = 64.0  # plus this many epsilons of the output dtype times max|oracle|
-    kernelbench_atol: float = 1e-2  # KernelBench's absolute tolerance
-    kernelbench_rtol: float = 1e-2  # KernelBench's relative tolerance
+    mode: str = setting("oracle", '"oracle" (float64 reference, relative to the '
+                        "reference's own error) or \"kernelbench\"")
+    error_factor: float = setting(10.0, "candidate error may be this many times the reference's own error")
+    floor_eps: float = setting(64.0, "plus this many epsilons of the output dtype times max|oracle|")
+    kernelbench_atol: float = setting(1e-2, "KernelBench's absolute tolerance")
+    kernelbench_rtol: float = setting(1e-2, "KernelBench's relative tolerance")
 
 
 @dataclass

@@ -4,12 +4,16 @@
         for result in pool.run(jobs):
             store.record_verdict(...)                             # the driver stays the one store owner
 
-Each actor is a trusted worker like `pool._worker_main`: it keeps the evaluators (prepared references)
-of the last tasks it judged (`pool.Evaluators`) and judges candidates, each in its own sandboxed child
-on the actor's node. Verdicts travel as plain dicts. An actor that dies (process killed, node lost) is
-replaced and its candidate retried once; a second death becomes a runtime_error verdict, exactly as in
-LocalPool. Actors die with the driver: Ray ends a job's actors when its driver exits, however it exits
-(and a Ray instance the pool started itself goes down with the driver's process).
+Each actor is a trusted worker like `local_pool._worker_main`: it keeps the evaluators (prepared
+references) of the last tasks it judged (`jobs.Evaluators`) and judges candidates, each in its own
+sandboxed child on the actor's node. Verdicts travel as plain dicts. An actor that dies (process
+killed, node lost) is replaced and its candidate retried once; a second death becomes a runtime_error
+verdict, exactly as in LocalPool. Actors die with the driver: Ray ends a job's actors when its driver
+exits, however it exits (and a Ray instance the pool started itself goes down with the driver's
+process).
+
+Which cluster to join, or whether to start one, is ray_cluster.py's part. Of the pool modules this
+one imports the shared contract (jobs.py) only, never the local backend or the factory (pool.py).
 """
 
 from __future__ import annotations
@@ -30,47 +34,14 @@ from ray import exceptions as ray_errors
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.pool import EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.ray_cluster import connect, runtime_env_secrets
 from cuda_l1.evaluate.verdict import Verdict
 
 # An actor that fails to come up this many times in a row is given up (its slot is dropped).
 _START_FAILURES = 3
 # How long dispatching blocks in ray.wait before it looks at new submissions again.
 _POLL_S = 0.2
-
-
-def _recorded_address(timeout_s: float = 2.0) -> str | None:
-    """The address a `ray start` on this host recorded, if something still listens there.
-
-    Ray itself would wait minutes on the address of a cluster that was stopped uncleanly.
-    """
-    try:
-        from ray._private.utils import read_ray_address  # not public API: any failure means "none"
-
-        recorded = read_ray_address()
-        host, _, port = (recorded or "").rpartition(":")
-        if not host or not port.isdigit():
-            return None
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return recorded
-    except Exception:
-        return None
-
-
-def runtime_env_secrets() -> list[str]:
-    """Credential-like variable names in the runtime_env of the connected Ray job.
-
-    Actors inherit the job's runtime_env (Ray merges its env_vars into every actor's), so a key put
-    there would sit in every evaluation worker. Candidates would still not see it (their children get
-    an allow-listed environment), but a worker needs no credentials, so the pool warns.
-    """
-    from cuda_l1.evaluate.environment import SECRET_NAME
-
-    try:
-        env_vars = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
-    except Exception:  # an older or client-mode context without runtime_env
-        return []
-    return sorted(k for k in env_vars if SECRET_NAME.search(k))
 
 
 class EvalWorker:
@@ -137,7 +108,8 @@ class RayPool(EvalPool):
         self.start_timeout_s = start_timeout_s
         self._owns_ray = False
         if not ray.is_initialized():
-            self._connect(device, workers, address, cpus_per_worker)
+            connect(device, workers, address, cpus_per_worker)
+            self._owns_ray = True
         try:
             self.device, count = self._plan(device, workers)
         except Exception:
@@ -171,24 +143,6 @@ class RayPool(EvalPool):
         self._dispatcher.start()
 
     # -- cluster -----------------------------------------------------------------------------------
-    def _connect(self, device: str, workers: int | None, address: str | None, cpus_per_worker: float) -> None:
-        """Join `address`, else the cluster that RAY_ADDRESS or `ray start` point at, else start a local one."""
-        try:
-            if address or os.environ.get("RAY_ADDRESS"):
-                ray.init(address=address)
-            elif (recorded := _recorded_address()) is not None:
-                ray.init(address=recorded)
-            else:
-                # A private instance on this host, big enough for the CPU workers asked for. "local" keeps
-                # Ray from looking for a cluster again (and from hanging on a stale one).
-                wanted = cpus_per_worker * max(1, workers or 1) if not device.startswith("cuda") else 0
-                ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(wanted + 0.999)),
-                         include_dashboard=False)
-        except ConnectionError as exc:
-            raise UserError(f"could not reach the Ray cluster at {address or os.environ.get('RAY_ADDRESS')}: "
-                            f"{exc}") from None
-        self._owns_ray = True
-
     def _plan(self, device: str, workers: int | None) -> tuple[str, int]:
         """The actors' device kind and how many: one per cluster GPU for cuda, `workers` for cpu."""
         gpus = int(ray.cluster_resources().get("GPU", 0))

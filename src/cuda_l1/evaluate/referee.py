@@ -11,17 +11,15 @@ timed calls are the same calls: a side cannot tell which of its calls will be lo
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import random
 import secrets
 import time
 
-from cuda_l1.evaluate import timing, verify
+from cuda_l1.evaluate import output_checks, timing, verify
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
-from cuda_l1.evaluate.protocol import (LeafVerdict, Mapped, Oracle, Oracled,
-                                       Ran, Run, Setup, Verified, Verify)
+from cuda_l1.evaluate.protocol import Mapped, Ran, Run, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
@@ -191,9 +189,11 @@ class Referee:
         bounds = [verify.spot_bound(self.comparisons[pos]) if self.comparisons.get(pos) else None
                   for pos in range(len(ref_call.leaves))]
         if self.config.device.startswith("cuda"):
-            results = self._verify_on_reference(cand_call, ref_index, index, mode, bounds)
+            results = output_checks.on_reference(self.env, cand_call, ref_index, index, mode, bounds, self.rng,
+                                                 self.config, self.remaining)
         else:
-            results = self._verify_here(cand_call, ref_call, index, mode, bounds)
+            results = output_checks.here(self.env, self.cand, cand_call, ref_call, index, mode, bounds, self.rng,
+                                         self.config, self.remaining)
         for pos, (res, ref_leaf) in enumerate(zip(results, ref_call.leaves)):
             if ref_leaf.kind != "tensor":
                 continue
@@ -206,69 +206,6 @@ class Referee:
             if not res.ok:
                 where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
                 self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
-
-    def _verify_here(self, cand_call, ref_call, slot: int, mode: str, bounds: list) -> list[LeafVerdict]:
-        """CPU: the parent reads both sides' outputs from their memory and compares them itself."""
-        ref_leaves = []
-        for leaf in ref_call.leaves:
-            try:
-                ref_leaves.append(self.env.ref.memory.tensor(leaf) if leaf.kind == "tensor" else None)
-            except Unreadable as exc:
-                raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
-        oracle = self._oracle(slot) if mode == "oracle" else None
-        results = []
-        for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves)):
-            if ref is None or leaf.kind != "tensor":
-                results.append(LeafVerdict(True))
-                continue
-            try:
-                # Never more than twice what the reference's output of the same call spans.
-                cand = self.cand.memory.tensor(leaf, limit=2 * verify.span_bytes(ref_call.leaves[pos]) + (1 << 20))
-            except Unreadable as exc:
-                results.append(LeafVerdict(False, unreadable=str(exc)))
-                continue
-            o = oracle[pos] if oracle else None
-            results.append(verify.judge_leaf(cand, ref, o, mode, bounds[pos], self.rng, self.config.timing.spot_checks,
-                                             self.config.tolerance))
-        return results
-
-    def _verify_on_reference(self, cand_call, ref_index: int, slot: int, mode: str, bounds: list) -> list[LeafVerdict]:
-        """CUDA: the reference's side reads the candidate's outputs through their IPC handles and compares
-        them with its own, which are never shared (protocol.Verify); positions are drawn here, now."""
-        ref = self.env.ref
-        request = Verify(ref_index, slot, mode, [-1.0 if b is None else b for b in bounds], self.rng.randrange(1 << 62),
-                         self.config.timing.spot_checks, cand_call.leaves, dataclasses.asdict(self.config.tolerance))
-        ref.proc.thaw()
-        try:
-            reply = ref.proc.request(request, min(self.config.call_timeout_s * 4, self.remaining()), Verified)
-        except ChildFailure as failure:
-            raise ReferenceFailure(f"the reference's side failed while comparing: {failure}") from None
-        finally:
-            if ref.proc.exit_info().reason == "running":
-                ref.proc.freeze()
-        if not reply.ok:
-            raise ReferenceFailure("the reference's side could not compare: " + reply.message)
-        if reply.oracle_note:
-            self.env.oracle_unavailable = reply.oracle_note
-        return reply.leaves
-
-    def _oracle(self, slot: int) -> list | None:
-        ref = self.env.ref
-        ref.proc.thaw()
-        try:
-            msg = ref.proc.request(Oracle(slot), min(self.config.call_timeout_s * 4, self.remaining()), Oracled)
-        except ChildFailure as failure:
-            raise ReferenceFailure(f"the float64 reference failed: {failure}") from None
-        finally:
-            if ref.proc.exit_info().reason == "running":
-                ref.proc.freeze()
-        if not msg.ok or msg.call is None:
-            self.env.oracle_unavailable = msg.message
-            return None
-        try:
-            return [ref.memory.tensor(leaf) if leaf.kind == "tensor" else None for leaf in msg.call.leaves]
-        except Unreadable as exc:
-            raise ReferenceFailure(f"the float64 reference's outputs could not be read: {exc}") from None
 
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
@@ -421,24 +358,8 @@ class Referee:
         if not ref_ms:
             self.timing = {"protocol": "correctness only (timing disabled)"}
             return
-        self.timing = {
-            "protocol": "alternating windows of back-to-back calls on fresh inputs, timed by the parent's clock "
-                        "from request until the side was stopped and the device idle; caches flushed between windows",
-            "reference": timing.summary(ref_ms),
-            "candidate": timing.summary(cand_ms),
-            "rounds": len(cand_ms),
-            "calls_per_window": dict(plan),
-            "window_overhead_ms": overhead_s * 1e3,
-            "last_idle_wait_ms": hidden * 1e3,
-            "ci_level": 0.95,
-            "device_probe_idle_us": self.env.quiet.idle_s * 1e6,
-            # every round's per-call times and which side went first, for audits of the estimate
-            # where the measuring time went (seconds), to see what an evaluation's length is made of
-            "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
-            "samples": {"reference_ms": [float(f"{x:.5g}") for x in ref_ms],
-                        "candidate_ms": [float(f"{x:.5g}") for x in cand_ms],
-                        "candidate_first": list(self.candidate_first)},
-        }
+        self.timing = timing.report(timing.Recorded(ref_ms, cand_ms, list(self.candidate_first)), plan, overhead_s,
+                                    hidden, self.env.quiet.idle_s, self.phases)
         after = self.telemetry.read()
         self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}
         self.timing["throttled"] = any(t.get("throttled") for t in (self.telemetry_before, after) if t)

@@ -31,30 +31,10 @@ from dataclasses import dataclass, field
 from cuda_l1.evaluate import protocol, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
-from cuda_l1.evaluate.confine import ConfinePlan
+from cuda_l1.evaluate.config import SandboxConfig
+from cuda_l1.evaluate.confine import ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate.probe import identity_uid, usable_plan
-
-@dataclass
-class SandboxConfig:
-    """Limits and isolation layers for one side's process."""
-
-    namespaces: bool = True  # new PID, network and mount namespaces where the platform allows
-    landlock: bool = True  # filesystem (and TCP, signal) confinement where the kernel allows
-    seccomp: bool = True  # refuse scheduling, affinity, ptrace and namespace system calls
-    drop_identity: bool = True  # an unprivileged uid where possible, else uid 0 without capabilities
-    cgroup: bool = True  # a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made
-    memory_bytes: int = 16 * 2**30  # resident memory of the side's process tree plus its /dev/shm
-    shm_bytes: int = 64 * 2**20  # size of the side's private /dev/shm
-    scratch_bytes: int = 4 * 2**30  # size of the side's scratch directory (a tmpfs where mount namespaces work)
-    max_processes: int = 32  # processes in the side's tree (fork bombs end here)
-    cpu_seconds: int = 3600  # RLIMIT_CPU
-    file_bytes: int = 512 * 2**20  # RLIMIT_FSIZE: largest file the side may write
-    open_files: int = 4096  # RLIMIT_NOFILE
-    log_bytes: int = 16_000  # how much of the side's output the verdict keeps
-    scratch_root: str | None = None  # where scratch directories are made (default: the system temp dir)
-    keep_scratch: bool = False  # keep the scratch directory for debugging
-
 
 class ChildFailure(Exception):
     """The side broke the protocol: died, hung, exceeded a limit, or sent something invalid."""
@@ -69,22 +49,6 @@ class ExitInfo:
     returncode: int | None
     signal: int | None
     reason: str  # "exited", "running", "not started"
-
-
-def _harness_under_init(outer: int) -> int | None:
-    """Host pid of the harness: the child of the namespace's init whose pid there is the outer
-    process's pid (confine._start_harness_under_init), or pid 2 where that pid could not be chosen."""
-    inits = sigstop.children(outer)
-    if not inits:
-        return None
-    found = {}
-    for pid in sigstop.children(inits[0]):
-        for line in sigstop.read(f"/proc/{pid}/status").splitlines():
-            if line.startswith("NSpid:"):
-                found[line.split()[-1]] = pid
-    # Init's first child is pid 2 there when its pid could not be chosen; anything else under init
-    # (an orphan of the side's) is never taken for the harness.
-    return found.get(str(outer), found.get("2"))
 
 
 @dataclass
@@ -164,7 +128,7 @@ class SideProcess:
             return None
         if "pid" in self.notes.get("namespaces", "") and not self.notes["namespaces"].startswith("not"):
             if self._harness is None:
-                self._harness = _harness_under_init(self.proc.pid)
+                self._harness = harness_under_init(self.proc.pid)
             return self._harness
         return self.proc.pid
 

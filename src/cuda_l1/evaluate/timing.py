@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from cuda_l1.evaluate.stats import conservative_speedup, speedup_ci, summarize
+from cuda_l1.evaluate.speedup_stats import conservative_speedup, speedup_ci, summarize
 
 
 @dataclass
@@ -77,3 +77,37 @@ def done(rounds: int, est: Estimate | None, elapsed_s: float, *, min_rounds: int
 
 def summary(samples: list[float]) -> dict:
     return summarize(samples).to_dict()
+
+
+@dataclass
+class Recorded:
+    """The recorded rounds: per-call times of each side and which side's window came first."""
+
+    reference_ms: list[float]
+    candidate_ms: list[float]
+    candidate_first: list[bool]
+
+
+PROTOCOL = ("alternating windows of back-to-back calls on fresh inputs, timed by the parent's clock from "
+            "request until the side was stopped and the device idle; caches flushed between windows")
+
+
+def report(rounds: Recorded, calls_per_window: dict, overhead_s: float, last_idle_wait_s: float,
+           probe_idle_s: float, phases_s: dict[str, float]) -> dict:
+    """The verdict's timing record: summaries, the protocol's parameters, and every round's samples
+    (so an audit can recompute the estimate) and where the measuring time went."""
+    return {
+        "protocol": PROTOCOL,
+        "reference": summary(rounds.reference_ms),
+        "candidate": summary(rounds.candidate_ms),
+        "rounds": len(rounds.candidate_ms),
+        "calls_per_window": dict(calls_per_window),
+        "window_overhead_ms": overhead_s * 1e3,
+        "last_idle_wait_ms": last_idle_wait_s * 1e3,
+        "ci_level": 0.95,
+        "device_probe_idle_us": probe_idle_s * 1e6,
+        "phases_s": {k: round(v, 3) for k, v in phases_s.items()},
+        "samples": {"reference_ms": [float(f"{x:.5g}") for x in rounds.reference_ms],
+                    "candidate_ms": [float(f"{x:.5g}") for x in rounds.candidate_ms],
+                    "candidate_first": list(rounds.candidate_first)},
+    }

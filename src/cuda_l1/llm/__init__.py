@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from cuda_l1.llm.client import Completion, EndpointStats, LLMClient, Message, split_tokens, sum_stats
-from cuda_l1.llm.config import (
+from cuda_l1.llm.endpoints import (
     PLACEHOLDER_API_KEY,
     EndpointConfig,
     endpoint_from_dict,

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import openai
 
-from cuda_l1.llm.config import PLACEHOLDER_API_KEY, EndpointConfig
+from cuda_l1.llm.endpoints import PLACEHOLDER_API_KEY, EndpointConfig
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 from cuda_l1.errors import UserError
 from cuda_l1.llm.client import Completion, LLMClient, Message, sum_stats
-from cuda_l1.llm.config import EndpointConfig
+from cuda_l1.llm.endpoints import EndpointConfig
 
 Strategy = Literal["weighted", "round_robin"]
 

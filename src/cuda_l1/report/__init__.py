@@ -15,7 +15,7 @@ from cuda_l1.report import plots as _plots
 from cuda_l1.report.compare import compare_runs, compare_section, write_comparison
 from cuda_l1.report.html import write_report
 from cuda_l1.report.rows import ResultRow, as_row, as_rows, read_results_csv
-from cuda_l1.report.stats import (
+from cuda_l1.report.aggregates import (
     FAST_P_THRESHOLDS,
     MISSING_RULES,
     TaskOutcome,

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from cuda_l1.errors import UserError
-from cuda_l1.report import stats
+from cuda_l1.report import aggregates
 from cuda_l1.report.html import esc, fmt, fmt_rate, page, table
 
 
-def _speedup(outcome: stats.TaskOutcome, missing_as: str) -> float | None:
+def _speedup(outcome: aggregates.TaskOutcome, missing_as: str) -> float | None:
     value = outcome.best_speedup
     if value is None and missing_as == "one":
         return 1.0
@@ -28,19 +28,19 @@ def compare_runs(
     labels: Sequence[str] = ("A", "B"),
     missing_as: str = "one",
     origins: Sequence[str] | None = None,
-    thresholds: Sequence[float] = stats.FAST_P_THRESHOLDS,
+    thresholds: Sequence[float] = aggregates.FAST_P_THRESHOLDS,
 ) -> dict:
     """Per task: the best speedup in each run and ratio = speedup in B / speedup in A; and a summary.
 
     missing_as applies to a task with no correct candidate in one run: "one" compares it as 1.0,
     "exclude" leaves the task out of the ratio.
     """
-    stats.check_missing_rule(missing_as)
+    aggregates.check_missing_rule(missing_as)
     if len(labels) != 2 or labels[0] == labels[1]:
         raise UserError(f"compare needs two different run labels, got {list(labels)!r}.")
     label_a, label_b = labels
-    runs_a = {o.task_id: o for o in stats.task_outcomes(rows_a, origins)}
-    runs_b = {o.task_id: o for o in stats.task_outcomes(rows_b, origins)}
+    runs_a = {o.task_id: o for o in aggregates.task_outcomes(rows_a, origins)}
+    runs_b = {o.task_id: o for o in aggregates.task_outcomes(rows_b, origins)}
     common = [task_id for task_id in runs_a if task_id in runs_b]
 
     tasks = []
@@ -73,11 +73,11 @@ def compare_runs(
         "n_common": len(common),
         "only_a": [runs_a[t].task_name for t in runs_a if t not in runs_b],
         "only_b": [runs_b[t].task_name for t in runs_b if t not in runs_a],
-        "speedup_a": stats.describe(stats.task_speedups(common_a, missing_as)),
-        "speedup_b": stats.describe(stats.task_speedups(common_b, missing_as)),
-        "fast_p_a": {stats.fast_p_key(p): stats.fast_p(common_a, p) for p in thresholds},
-        "fast_p_b": {stats.fast_p_key(p): stats.fast_p(common_b, p) for p in thresholds},
-        "ratio": stats.describe(ratios),
+        "speedup_a": aggregates.describe(aggregates.task_speedups(common_a, missing_as)),
+        "speedup_b": aggregates.describe(aggregates.task_speedups(common_b, missing_as)),
+        "fast_p_a": {aggregates.fast_p_key(p): aggregates.fast_p(common_a, p) for p in thresholds},
+        "fast_p_b": {aggregates.fast_p_key(p): aggregates.fast_p(common_b, p) for p in thresholds},
+        "ratio": aggregates.describe(ratios),
         "b_faster": sum(r > 1 for r in ratios),
         "a_faster": sum(r < 1 for r in ratios),
         "same": sum(r == 1 for r in ratios),

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from cuda_l1.report import stats
+from cuda_l1.report import aggregates
 
 _DPI = 110
 _LEVEL_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
@@ -56,8 +56,8 @@ def plot_speedup_hist(
     title: str = "Best speedup per task",
 ) -> Path:
     """Histogram of each task's best speedup on a log x axis, with a line at 1.0 (as fast as the reference)."""
-    stats.check_missing_rule(missing_as)
-    outcomes = stats.outcomes_of(results, origins)
+    aggregates.check_missing_rule(missing_as)
+    outcomes = aggregates.outcomes_of(results, origins)
     correct = [o.best_speedup for o in outcomes if o.best_speedup is not None]
     missing = [1.0] * (len(outcomes) - len(correct)) if missing_as == "one" else []
     values = correct + missing
@@ -101,7 +101,7 @@ def origin_colours(origins: Iterable[str]) -> dict[str, str]:
     return colours
 
 
-def task_bar_data(outcomes: Sequence[stats.TaskOutcome], missing_as: str = "one") -> list[tuple]:
+def task_bar_data(outcomes: Sequence[aggregates.TaskOutcome], missing_as: str = "one") -> list[tuple]:
     """The bars of `plot_task_bars`, fastest first: (speedup, level, task name, winning origin or None,
     95% interval or None). A task with nothing correct is a bar at 1.0 (missing_as "one") or absent."""
     bars = []
@@ -123,7 +123,7 @@ def plot_task_bars(
 ) -> Path:
     """One bar per task (best speedup, sorted), coloured by the strategy or model that won it, with its
     95% interval as a whisker; tasks with nothing correct in hatched grey."""
-    bars = task_bar_data(stats.outcomes_of(results, origins), missing_as)
+    bars = task_bar_data(aggregates.outcomes_of(results, origins), missing_as)
     figure = Figure(figsize=(max(7.0, min(0.18 * len(bars) + 2, 30.0)), 4.5))
     axes = figure.add_subplot()
     if not bars:
@@ -161,9 +161,9 @@ def plot_task_bars(
     return _save(figure, path)
 
 
-def fast_p_curve(outcomes: Sequence[stats.TaskOutcome], thresholds: Sequence[float]) -> list[float]:
+def fast_p_curve(outcomes: Sequence[aggregates.TaskOutcome], thresholds: Sequence[float]) -> list[float]:
     """fast_p at each threshold (0.0 for every threshold when there are no tasks)."""
-    return [stats.fast_p(outcomes, p) or 0.0 for p in thresholds]
+    return [aggregates.fast_p(outcomes, p) or 0.0 for p in thresholds]
 
 
 def plot_fast_p(
@@ -174,7 +174,7 @@ def plot_fast_p(
     title: str = "fast_p: tasks correct and faster than p",
 ) -> Path:
     """fast_p as p grows (overall, and per level when there are several), with a line at p = 1."""
-    outcomes = stats.outcomes_of(results, origins)
+    outcomes = aggregates.outcomes_of(results, origins)
     speedups = [o.best_speedup for o in outcomes if o.best_speedup is not None]
     top = p_max if p_max is not None else max([2.0] + [s * 1.05 for s in speedups])
     points = 400
@@ -185,7 +185,7 @@ def plot_fast_p(
         _no_data(axes, "no tasks")
     else:
         axes.step(thresholds, fast_p_curve(outcomes, thresholds), where="post", color="black", label="all tasks")
-        levels = stats.by_level(outcomes)
+        levels = aggregates.by_level(outcomes)
         if len(levels) > 1:
             for level, group in levels.items():
                 curve = fast_p_curve(group, thresholds)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from cuda_l1.evaluate.verdict import ALL_STATUSES
-from cuda_l1.report import stats
+from cuda_l1.report import aggregates
 from cuda_l1.report.rows import ResultRow, as_rows
 from cuda_l1.report.rows import write_results_csv as _write_rows_csv
 from cuda_l1.strategies import baseline_names
@@ -49,10 +49,10 @@ def _rate(part: int, whole: int) -> float | None:
 
 
 def group_summary(
-    outcomes: list[stats.TaskOutcome],
+    outcomes: list[aggregates.TaskOutcome],
     missing_as: str,
     baselines: Sequence[str],
-    thresholds: Sequence[float] = stats.FAST_P_THRESHOLDS,
+    thresholds: Sequence[float] = aggregates.FAST_P_THRESHOLDS,
 ) -> dict:
     """Statistics of one group of tasks (all of them, or one level)."""
     candidates = [r for o in outcomes for r in o.candidates]
@@ -65,15 +65,15 @@ def group_summary(
         "n_candidates": len(candidates),
         "correct_rate": _rate(n_correct, len(outcomes)),
         "candidate_ok_rate": _rate(sum(r.ok for r in candidates), len(candidates)),
-        "speedup": stats.describe(stats.task_speedups(outcomes, missing_as)),
-        "fast_p": {stats.fast_p_key(p): stats.fast_p(outcomes, p) for p in thresholds},
+        "speedup": aggregates.describe(aggregates.task_speedups(outcomes, missing_as)),
+        "fast_p": {aggregates.fast_p_key(p): aggregates.fast_p(outcomes, p) for p in thresholds},
         "status_counts": _status_counts(candidates),
-        "over_baseline": {b: stats.describe(stats.baseline_speedups(outcomes, b)) for b in baselines},
+        "over_baseline": {b: aggregates.describe(aggregates.baseline_speedups(outcomes, b)) for b in baselines},
         "best_origins": dict(best_origins.most_common()),
     }
 
 
-def task_summary(outcome: stats.TaskOutcome, baselines: Sequence[str]) -> dict:
+def task_summary(outcome: aggregates.TaskOutcome, baselines: Sequence[str]) -> dict:
     """One task's line in the report: its best candidate, or why nothing was correct."""
     best = outcome.best
     shown = best or _furthest_failure(outcome)
@@ -94,7 +94,7 @@ def task_summary(outcome: stats.TaskOutcome, baselines: Sequence[str]) -> dict:
     }
 
 
-def _furthest_failure(outcome: stats.TaskOutcome) -> ResultRow | None:
+def _furthest_failure(outcome: aggregates.TaskOutcome) -> ResultRow | None:
     failed = [r for r in outcome.candidates if r.status == outcome.status]
     return failed[0] if failed else None
 
@@ -105,17 +105,17 @@ def build_summary(
     *,
     origins: Sequence[str] | None = None,
     baselines: Sequence[str] | None = None,
-    thresholds: Sequence[float] = stats.FAST_P_THRESHOLDS,
+    thresholds: Sequence[float] = aggregates.FAST_P_THRESHOLDS,
 ) -> dict:
     """Overall and per-level statistics of a run.
 
     origins: shell-style patterns of the origins that compete for "best" (e.g. ["llm:*"]); None: all.
     baselines: strategies to measure the best candidate against; default `baseline_names()`.
     """
-    stats.check_missing_rule(missing_as)
+    aggregates.check_missing_rule(missing_as)
     rows = as_rows(rows)
     baselines = list(baseline_names() if baselines is None else baselines)
-    outcomes = stats.task_outcomes(rows, origins)
+    outcomes = aggregates.task_outcomes(rows, origins)
     return {
         "version": SUMMARY_VERSION,
         "rules": rule_texts(missing_as, origins),
@@ -126,7 +126,7 @@ def build_summary(
         "overall": group_summary(outcomes, missing_as, baselines, thresholds),
         "levels": {
             str(level): group_summary(group, missing_as, baselines, thresholds)
-            for level, group in stats.by_level(outcomes).items()
+            for level, group in aggregates.by_level(outcomes).items()
         },
         "tasks": [task_summary(o, baselines) for o in outcomes],
     }
@@ -134,7 +134,7 @@ def build_summary(
 
 def best_row_indices(rows: Sequence[ResultRow], origins: Sequence[str] | None = None) -> set[int]:
     """Positions in `rows` of each task's best candidate."""
-    best_ids = {id(o.best) for o in stats.task_outcomes(rows, origins) if o.best is not None}
+    best_ids = {id(o.best) for o in aggregates.task_outcomes(rows, origins) if o.best is not None}
     return {i for i, row in enumerate(rows) if id(row) in best_ids}
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_l1.contrastive import SamplerConfig
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 from cuda_l1.strategies import STRATEGIES, baseline_names
 
 RUN_NAME = "optimize"  # the run inside the history store that `optimize` creates and resumes
@@ -17,14 +18,14 @@ EVENTS_NAME = "events.jsonl"  # one JSON line per thing that happened, appended 
 class SearchConfig:
     """How the loop spends its budget."""
 
-    budget: int = 8  # LLM completions per task in this run (each is one candidate, usable or not)
-    concurrency: int = 8  # attempts (LLM request + evaluation) in flight across all tasks
-    per_task: int = 1  # attempts in flight per task; 1 lets every prompt learn from every earlier result
-    strategies: tuple[str, ...] = field(default_factory=lambda: tuple(baseline_names()))  # offline starting points
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)  # exemplars per prompt (N=2) and their draw
-    max_failures: int = 3  # recent failures of the task shown in each prompt
-    seed: int = 0  # seed of the exemplar draws (per task), so a rerun shows the same exemplars
-    max_request_failures: int = 5  # consecutive failed LLM requests after which the run stops (endpoint down)
+    budget: int = setting(8, "LLM completions per task in this run (each is one candidate, usable or not)")
+    concurrency: int = setting(8, "attempts (LLM request + evaluation) in flight across all tasks")
+    per_task: int = setting(1, "attempts in flight per task; 1 lets every prompt learn from every earlier result")
+    strategies: tuple[str, ...] = setting(factory=lambda: tuple(baseline_names()), help="offline starting points")
+    sampler: SamplerConfig = setting(factory=SamplerConfig, help="exemplars per prompt (N=2) and their draw")
+    max_failures: int = setting(3, "recent failures of the task shown in each prompt")
+    seed: int = setting(0, "seed of the exemplar draws (per task), so a rerun shows the same exemplars")
+    max_request_failures: int = setting(5, "consecutive failed LLM requests after which the run stops (endpoint down)")
 
     def __post_init__(self) -> None:
         problems = []

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuda_l1.contrastive import build_prompt, parse_completion, sample_exemplars
-from cuda_l1.evaluate.pool import EvalJob, EvalPool
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
 from cuda_l1.search.config import SearchConfig
 from cuda_l1.search.display import Display

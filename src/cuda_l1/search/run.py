@@ -17,10 +17,10 @@ from cuda_l1.bench import (
     RunContext,
     device_key,
     evaluate_candidates,
-    resolve_device,
     strategy_candidates,
     write_run_report,
 )
+from cuda_l1.devices import Device, as_device
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
@@ -31,6 +31,7 @@ from cuda_l1.search.display import Display
 from cuda_l1.search.ledger import EventLog, parse_error_rows, spent_per_task
 from cuda_l1.search.loop import Search, TaskState
 from cuda_l1.search.secrets import hidden_credentials
+from cuda_l1.store.export import export_solutions_jsonl
 from cuda_l1.store.records import origin_label
 from cuda_l1.tasks import Task, find_task, load_tasks
 
@@ -102,19 +103,19 @@ def _task_summaries(ctx: RunContext, tasks: list[Task], config: SearchConfig, co
 
 def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[EndpointConfig] = (),
                  config: SearchConfig | None = None, eval_config: EvalConfig | None = None,
-                 device: str | None = None, levels: set[int] | None = None, cluster: str = "local",
+                 device: Device | str | None = None, levels: set[int] | None = None, cluster: str = "local",
                  workers: int | None = None, progress: bool = True, tasks: Sequence[str] | None = None) -> dict:
     """Optimize the tasks of `source` (those of `levels`, and only those `tasks` names when given);
     returns what happened (per task, counts, LLM usage, paths)."""
     config = config or SearchConfig()
-    device = resolve_device(device)
-    eval_config = dataclasses.replace(eval_config or EvalConfig(), device=device)
+    device = as_device(device, cluster)
+    eval_config = dataclasses.replace(eval_config or EvalConfig(), device=str(device))
     selected = load_tasks(source, levels=levels)
     if not selected:
         raise UserError("no tasks to optimize (check --levels).", path=source)
     tasks = pick_tasks(selected, tasks)
     dkey, ckey = device_key(device), eval_config.config_key()
-    ctx = RunContext(out_dir, RUN_NAME, {"source": source, "device": device, "budget": config.budget,
+    ctx = RunContext(out_dir, RUN_NAME, {"source": source, "device": str(device), "budget": config.budget,
                                          "endpoints": [e.label for e in endpoints]})
     events = EventLog(ctx.out_dir / EVENTS_NAME)
     notes: list[str] = []
@@ -132,10 +133,10 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
             events.write("start", run_id=ctx.run_id, resumed=ctx.resumed, device=dkey, budget=config.budget,
                          tasks=[t.key for t in tasks], endpoints=[e.label for e in endpoints],
                          spent={t.key: spent.get(t.id, 0) for t in tasks})
-            candidates, skipped = strategy_candidates(tasks, list(config.strategies), device)
+            candidates, skipped = strategy_candidates(tasks, list(config.strategies), str(device))
             notes.extend(skipped)
             baseline_counts = evaluate_candidates(
-                ctx, candidates, eval_config, cluster=cluster, workers=workers, progress=progress,
+                ctx, candidates, eval_config, device=device, cluster=cluster, workers=workers, progress=progress,
                 on_result=lambda cand, v: events.write("verdict", task=cand.task.key, candidate_id=v.candidate_id,
                                                        origin=cand.label, status=v.status, speedup=v.speedup,
                                                        new=True))
@@ -150,7 +151,7 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
                 notes.append(f"{left_out} candidate(s) of strategies not in --strategies, left unjudged by an "
                              "earlier session, were not judged")
             if pending or client is not None:
-                with make_pool(cluster, device, eval_config, workers) as pool, \
+                with make_pool(cluster, str(device), eval_config, workers) as pool, \
                         Display(states, enabled=progress and client is not None,
                                 title=f"optimizing on {dkey}") as display:
                     search = Search(store=ctx.store, run_id=ctx.run_id, states=states, client=client, pool=pool,
@@ -170,7 +171,7 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
             notes.append(NO_ENDPOINT_HINT)
         completions = ctx.store.run_completions(ctx.run_id)
         solutions = ctx.out_dir / SOLUTIONS_NAME
-        n_solutions = ctx.store.export_solutions_jsonl(solutions, run_id=ctx.run_id, device=dkey)
+        n_solutions = export_solutions_jsonl(ctx.store, solutions, run_id=ctx.run_id, device=dkey)
         # A completion without usable code has no candidate (so no verdict row), yet it is a failed
         # attempt the report must count: it is added as a parse_error row.
         extra = parse_error_rows(completions, {t.id: t for t in tasks}, dkey)

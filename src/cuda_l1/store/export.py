@@ -1,7 +1,8 @@
-"""Read-side views of the store: per-run result rows and JSONL solution sets.
+"""JSONL solution sets: the best verified candidate of each task, read from a Store.
 
 The JSONL format is the one `cuda-l1 audit` (and `tasks.load_solutions_jsonl`) reads, so an
-exported set can be re-verified from scratch by anyone.
+exported set can be re-verified from scratch by anyone. Exporting is a use of the store, not part
+of it: this module reads the Store's queries, and the store does not know about exports.
 """
 
 from __future__ import annotations
@@ -10,38 +11,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
-from cuda_l1.store.records import origin_label, row_json
+from cuda_l1.store.store import Store
 from cuda_l1.tasks.task import Task
-
-if TYPE_CHECKING:
-    from cuda_l1.store.store import Store
-
-
-def run_results(read: Callable, run_id: int) -> list[dict]:
-    """Flat rows for reports: task fields, `origin` as a label (details in `origin_detail`), the verdict
-    columns, and the full verdict as a dict under `verdict`."""
-    rows = read(
-        """SELECT v.id AS verdict_id, v.run_id, t.id AS task_id, t.name AS task_name, t.level, t.number,
-                  c.id AS candidate_id, c.norm_hash, c.origin, v.device, v.config_key, v.status, v.speedup,
-                  v.raw_speedup, v.reference_ms, v.candidate_ms, v.ci_low, v.ci_high, v.created_at, v.verdict
-           FROM verdicts v
-           JOIN tasks t ON t.id = v.task_id
-           JOIN candidates c ON c.task_id = v.task_id AND c.id = v.candidate_id
-           WHERE v.run_id = ? ORDER BY v.id""",
-        (run_id,),
-    )
-    results = []
-    for r in rows:
-        row = dict(r)
-        verdict = row_json(row["verdict"], {})
-        row["verdict"] = verdict
-        row["origin_detail"] = row_json(row["origin"], {})
-        row["origin"] = origin_label(row["origin_detail"])
-        row["reasons"] = verdict.get("reasons", [])
-        results.append(row)
-    return results
 
 
 def task_numbers(tasks: list[Task]) -> dict[str, int]:
@@ -66,7 +38,7 @@ def task_numbers(tasks: list[Task]) -> dict[str, int]:
     return numbers
 
 
-def solution_lines(store: "Store", run_id: int | None = None, device: str | None = None) -> list[dict]:
+def solution_lines(store: Store, run_id: int | None = None, device: str | None = None) -> list[dict]:
     tasks = store.tasks()
     numbers = task_numbers(tasks)
     records = []
@@ -90,9 +62,11 @@ def solution_lines(store: "Store", run_id: int | None = None, device: str | None
 
 
 def export_solutions_jsonl(
-    store: "Store", path: str | Path, run_id: int | None = None, device: str | None = None
+    store: Store, path: str | Path, run_id: int | None = None, device: str | None = None
 ) -> int:
-    """Write one line per task that has a verified candidate; atomic (a crash leaves the old file)."""
+    """Write the best verified candidate of each task (of this run / device, when given) as a JSONL
+    solution set, one line per task that has one; returns the line count. Atomic: a crash leaves the
+    old file."""
     path = Path(path)
     records = solution_lines(store, run_id=run_id, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)

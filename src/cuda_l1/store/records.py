@@ -1,8 +1,9 @@
-"""Plain records the store returns (rows as data, never live cursors)."""
+"""Plain records the store returns (rows as data, never live cursors), and how a candidate row becomes one."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -75,6 +76,23 @@ class CandidateRecord:
     device: str = ""
     status: str = ""
     verdict_id: int | None = None
+
+
+# The candidate columns every candidate query selects (as `c`), so `candidate_record` can read any of them.
+CANDIDATE_COLUMNS = "c.id, c.task_id, c.code, c.origin, c.norm_hash, c.created_at"
+
+
+def candidate_record(row: sqlite3.Row, **extra) -> CandidateRecord:
+    """A row holding CANDIDATE_COLUMNS as a record; `extra` carries what a verdict query measured."""
+    return CandidateRecord(
+        candidate_id=row["id"],
+        task_id=row["task_id"],
+        code=row["code"],
+        origin=row_json(row["origin"], {}),
+        norm_hash=row["norm_hash"],
+        created_at=row["created_at"],
+        **extra,
+    )
 
 
 @dataclass

@@ -18,38 +18,22 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from cuda_l1.errors import UserError
-from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, PARSE_ERROR, Check, Verdict
-from cuda_l1.store import export
+from cuda_l1.evaluate.reference_drift import reference_stable
+from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, Check, Verdict
 from cuda_l1.store.normalize import candidate_id as code_id
 from cuda_l1.store.normalize import norm_hash, stable_key
-from cuda_l1.store.records import (
-    CandidateRecord,
-    FailureRecord,
-    Origin,
-    RunRecord,
-    failure_message,
-    row_json,
-)
+from cuda_l1.store.records import CANDIDATE_COLUMNS, CandidateRecord, Origin, RunRecord, candidate_record, row_json
 from cuda_l1.store.schema import connect
+from cuda_l1.store.verdict_queries import VerdictQueries
 from cuda_l1.tasks.task import Task
 
-_CANDIDATE_COLUMNS = "c.id, c.task_id, c.code, c.origin, c.norm_hash, c.created_at"
 
+class Store(VerdictQueries):
+    """History DB. `Store(path)` opens (creating and migrating) it; use as a context manager or close().
 
-def _candidate(row: sqlite3.Row, **extra) -> CandidateRecord:
-    return CandidateRecord(
-        candidate_id=row["id"],
-        task_id=row["task_id"],
-        code=row["code"],
-        origin=row_json(row["origin"], {}),
-        norm_hash=row["norm_hash"],
-        created_at=row["created_at"],
-        **extra,
-    )
-
-
-class Store:
-    """History DB. `Store(path)` opens (creating and migrating) it; use as a context manager or close()."""
+    The writes are here; the queries over verdicts (resume, duplicates, best candidates, failures, run
+    results) are inherited from `VerdictQueries`.
+    """
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
@@ -101,15 +85,6 @@ class Store:
     def _read(self, sql: str, params: Sequence = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._connection().execute(sql, params).fetchall()
-
-    def _task_of(self, candidate_id: str, task_id: str | None) -> str | None:
-        """The task of a candidate id (ids are per task: the same code may serve two tasks)."""
-        if task_id:
-            return task_id
-        rows = self._read("SELECT task_id FROM candidates WHERE id = ?", (candidate_id,))
-        if len(rows) > 1:
-            raise ValueError(f"candidate {candidate_id} belongs to several tasks ({len(rows)}); pass task_id")
-        return rows[0][0] if rows else None
 
     # -- runs and tasks -------------------------------------------------------------------------------
 
@@ -177,29 +152,9 @@ class Store:
     def get_candidate(self, candidate_id: str, task_id: str | None = None) -> CandidateRecord | None:
         task_id = self._task_of(candidate_id, task_id)
         rows = self._read(
-            f"SELECT {_CANDIDATE_COLUMNS} FROM candidates c WHERE c.task_id = ? AND c.id = ?", (task_id, candidate_id)
+            f"SELECT {CANDIDATE_COLUMNS} FROM candidates c WHERE c.task_id = ? AND c.id = ?", (task_id, candidate_id)
         )
-        return _candidate(rows[0]) if rows else None
-
-    def unevaluated_candidates(
-        self, run_id: int, device: str, config_key: str | None = None
-    ) -> list[CandidateRecord]:
-        """Candidates a run produced (or met again) whose normalised code has no verdict on this device yet.
-
-        config_key=None accepts a verdict under any evaluation settings. In the order the run met them.
-        """
-        key_filter = "" if config_key is None else "AND v.config_key = ?"
-        params: list = [run_id, device] + ([] if config_key is None else [config_key])
-        rows = self._read(
-            f"""SELECT {_CANDIDATE_COLUMNS} FROM run_candidates rc
-                JOIN candidates c ON c.task_id = rc.task_id AND c.id = rc.candidate_id
-                WHERE rc.run_id = ? AND NOT EXISTS (
-                    SELECT 1 FROM candidates d JOIN verdicts v ON v.task_id = d.task_id AND v.candidate_id = d.id
-                    WHERE d.task_id = c.task_id AND d.norm_hash = c.norm_hash AND v.device = ? {key_filter})
-                ORDER BY rc.seq""",
-            params,
-        )
-        return [_candidate(r) for r in rows]
+        return candidate_record(rows[0]) if rows else None
 
     # -- verdicts -------------------------------------------------------------------------------------
 
@@ -250,103 +205,6 @@ class Store:
             if cur.rowcount == 1 and reference is not None:
                 self._upsert_reference(conn, task_id, stored.device, stored.versions, reference[1])
             return cur.rowcount == 1
-
-    def verdict_for(
-        self, candidate_id: str, device: str, config_key: str | dict | None = None, task_id: str | None = None
-    ) -> Verdict | None:
-        """The latest verdict for a candidate on a device (under these settings, when given)."""
-        task_id = self._task_of(candidate_id, task_id)
-        if task_id is None:
-            return None
-        sql = "SELECT verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
-        params: list = [task_id, candidate_id, device]
-        if config_key is not None:
-            sql += " AND config_key = ?"
-            params.append(stable_key(config_key))
-        rows = self._read(sql + " ORDER BY id DESC LIMIT 1", params)
-        return Verdict.from_json(rows[0][0]) if rows else None
-
-    def find_evaluated_duplicate(
-        self, task_id: str, code: str, device: str, config_key: str | dict | None = None
-    ) -> Verdict | None:
-        """A verdict for code that normalises to the same as `code` (same task, same device), if any.
-
-        The returned verdict names the candidate that was actually evaluated.
-        """
-        sql = """SELECT v.verdict FROM verdicts v JOIN candidates c ON c.task_id = v.task_id AND c.id = v.candidate_id
-                 WHERE v.task_id = ? AND c.norm_hash = ? AND v.device = ? AND v.status != ?"""
-        params: list = [task_id, norm_hash(code), device, PARSE_ERROR]
-        if config_key is not None:
-            sql += " AND v.config_key = ?"
-            params.append(stable_key(config_key))
-        sql += " ORDER BY (v.candidate_id = ?) DESC, v.id DESC LIMIT 1"
-        rows = self._read(sql, params + [code_id(code)])
-        return Verdict.from_json(rows[0][0]) if rows else None
-
-    def correct_candidates(
-        self,
-        task_id: str,
-        device: str | None = None,
-        config_key: str | dict | None = None,
-        run_id: int | None = None,
-    ) -> list[CandidateRecord]:
-        """Candidates whose latest verdict (on this device / settings / run) is ok, fastest first.
-
-        One record per normalised code (the fastest). Pass a device: speedups measured on different
-        GPUs are not comparable; with device=None each candidate's latest verdict on any device counts.
-        """
-        filters, params = ["v.task_id = ?"], [task_id]
-        for column, value in (("device", device), ("config_key", config_key), ("run_id", run_id)):
-            if value is not None:
-                filters.append(f"v.{column} = ?")
-                params.append(stable_key(value) if column == "config_key" else value)
-        rows = self._read(
-            f"""WITH latest AS (
-                    SELECT v.*, ROW_NUMBER() OVER (PARTITION BY v.candidate_id ORDER BY v.id DESC) AS rank
-                    FROM verdicts v WHERE {' AND '.join(filters)})
-                SELECT {_CANDIDATE_COLUMNS}, l.speedup, l.device, l.status, l.id AS verdict_id
-                FROM latest l JOIN candidates c ON c.task_id = l.task_id AND c.id = l.candidate_id
-                WHERE l.rank = 1 AND l.status = ? AND l.speedup IS NOT NULL
-                ORDER BY l.speedup DESC, c.rowid""",
-            params + [OK],
-        )
-        seen: set[str] = set()
-        records = []
-        for r in rows:
-            if r["norm_hash"] not in seen:
-                seen.add(r["norm_hash"])
-                measured = {k: r[k] for k in ("speedup", "device", "status", "verdict_id")}
-                records.append(_candidate(r, **measured))
-        return records
-
-    def best_candidate(self, task_id: str, device: str | None = None, **filters) -> CandidateRecord | None:
-        found = self.correct_candidates(task_id, device, **filters)
-        return found[0] if found else None
-
-    def recent_failures(self, task_id: str, n: int = 3, device: str | None = None) -> list[FailureRecord]:
-        """The n most recent failures of a task, newest first: failed verdicts and unparseable completions."""
-        if n <= 0:
-            return []
-        sql = "SELECT verdict, candidate_id, created_at FROM verdicts WHERE task_id = ? AND status != ?"
-        params: list = [task_id, OK]
-        if device is not None:
-            sql += " AND device = ?"
-            params.append(device)
-        failures = []
-        for r in self._read(sql + " ORDER BY id DESC LIMIT ?", params + [n]):
-            verdict = Verdict.from_json(r["verdict"])
-            message = failure_message(verdict)
-            failures.append(
-                FailureRecord(verdict.status, list(verdict.reasons), message, r["candidate_id"], r["created_at"])
-            )
-        for r in self._read(
-            "SELECT parse_message, created_at FROM completions WHERE task_id = ? AND parse_status = ?"
-            " ORDER BY id DESC LIMIT ?",
-            (task_id, PARSE_ERROR, n),
-        ):
-            failures.append(FailureRecord(PARSE_ERROR, [r["parse_message"]], r["parse_message"], None, r["created_at"]))
-        failures.sort(key=lambda f: f.created_at, reverse=True)
-        return failures[:n]
 
     # -- prompts and completions ----------------------------------------------------------------------
 
@@ -416,9 +274,10 @@ class Store:
     # Every correct verdict carries the reference's median from its own paired rounds. The store keeps
     # those medians per task, device and software versions (a new torch, CUDA or driver starts a new
     # record). Speedups still come from the paired rounds, where reference and candidate share one
-    # window; the stored timing is the yardstick that tells whether that window was a normal one.
+    # window; whether that window was a normal one is judged by `evaluate.reference_drift`, not here.
+    # The store only hands it the kept medians, inside record_verdict's transaction, so the check and
+    # the new median that follows it are filed together or not at all.
 
-    reference_drift_limit = 0.10  # a reference median this far from the stored one flags the verdict
     reference_samples_kept = 20  # medians kept per task, device and versions (the latest ones)
 
     def _reference_update(self, task_id: str, verdict: Verdict) -> tuple[Check, dict] | None:
@@ -427,19 +286,8 @@ class Store:
         if verdict.status != OK or not verdict.reference_ms or verdict.reference_ms <= 0:
             return None
         known = self.reference_timing(task_id, verdict.device, verdict.versions) or {}
-        samples = list(known.get("samples_ms") or [])
-        if not samples:
-            check = Check("reference_stable", None, "first reference timing for this task, device and software: "
-                          f"{verdict.reference_ms:.4g} ms, kept as the yardstick", blocking=False)
-        else:
-            drift = verdict.reference_ms / known["median_ms"] - 1.0
-            stable = abs(drift) <= self.reference_drift_limit
-            detail = (f"reference median {verdict.reference_ms:.4g} ms vs {known['median_ms']:.4g} ms over "
-                      f"{len(samples)} earlier verdict(s) on this device and software ({drift:+.1%})")
-            if not stable:
-                detail += ": the measurement window was disturbed (clocks, heat or other work on the device)"
-            check = Check("reference_stable", stable, detail, blocking=False)
-        samples = (samples + [verdict.reference_ms])[-self.reference_samples_kept:]
+        check = reference_stable(verdict.reference_ms, known)
+        samples = (list(known.get("samples_ms") or []) + [verdict.reference_ms])[-self.reference_samples_kept:]
         return check, {"median_ms": sorted(samples)[len(samples) // 2], "samples_ms": samples,
                        "versions": verdict.versions}
 
@@ -463,16 +311,6 @@ class Store:
     def save_reference_timing(self, task_id: str, device: str, versions_key: str | dict, stats: dict) -> None:
         with self._write() as conn:
             self._upsert_reference(conn, task_id, device, versions_key, stats)
-
-    # -- reports --------------------------------------------------------------------------------------
-
-    def run_results(self, run_id: int) -> list[dict]:
-        """One row per verdict recorded in a run, with its task and candidate, in recording order."""
-        return export.run_results(self._read, run_id)
-
-    def export_solutions_jsonl(self, path: str | Path, run_id: int | None = None, device: str | None = None) -> int:
-        """Write the best verified candidate of each task as a JSONL solution set; returns the line count."""
-        return export.export_solutions_jsonl(self, path, run_id=run_id, device=device)
 
     def integrity_check(self) -> str:
         return str(self._read("PRAGMA integrity_check")[0][0])

@@ -5,11 +5,14 @@
     stage 3  rl_trainer.py + prompts.py + reward.py
                                                  GRPO on contrastive prompts built from the history store,
                                                  rewarded by the evaluator, every verdict written back
-    shared   judge.py (completion -> verdict -> store), config.py (TOML/JSON configs), modeling.py,
-             dataset.py, generation.py, metrics.py, distributed.py, runtime.py
+    shared   attempts.py (completion -> verdict -> store), config.py (TOML/JSON configs), modeling.py,
+             dataset.py, generation.py, metrics.py, distributed.py (collectives between ranks),
+             launch.py (world size, single-process drivers), task_selection.py, eval_pool.py,
+             outputs.py (output folder, store path), trainer_args.py ([trainer] -> TRL config),
+             preflight.py (what a command checks before it starts a stage)
     tests    tiny.py: a tiny random Llama with an in-process BPE tokenizer, saved like a real checkpoint
 
-Each stage has a `<name>_config.py` (a dataclass, one help comment per field) and a runner; the CLI is
+Each stage has a `<name>_config.py` (a dataclass, a help line in each field's metadata) and a runner; the CLI is
 `cuda-l1 train sft|self-improve|rl --config FILE`. Heavy libraries (transformers, trl, peft, datasets)
 are imported only when a stage runs; install them with `pip install 'cuda-l1[train]'`.
 """

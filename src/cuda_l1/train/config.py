@@ -15,11 +15,12 @@ import json
 import tomllib
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import helps_of, setting
 
 T = TypeVar("T")
 
@@ -29,44 +30,46 @@ T = TypeVar("T")
 class ModelSection:
     """The policy: any Hugging Face causal LM, loaded by path."""
 
-    path: str = ""  # local directory with config.json, weights and tokenizer (save_pretrained layout)
-    dtype: str = "auto"  # auto, float32, bfloat16 or float16
-    attn_implementation: str = ""  # e.g. sdpa, flash_attention_2 ("" = the library default)
-    trust_remote_code: bool = False  # allow model code shipped with the checkpoint
+    path: str = setting("", "local directory with config.json, weights and tokenizer (save_pretrained layout)")
+    dtype: str = setting("auto", "auto, float32, bfloat16 or float16")
+    attn_implementation: str = setting("", 'e.g. sdpa, flash_attention_2 ("" = the library default)')
+    trust_remote_code: bool = setting(False, "allow model code shipped with the checkpoint")
 
 
 @dataclass
 class LoraSection:
     """Low-rank adapters (PEFT). Off: full fine-tuning."""
 
-    enabled: bool = False  # train LoRA adapters instead of every weight
-    r: int = 16  # adapter rank
-    alpha: int = 32  # adapter scaling numerator (scale = alpha / r)
-    dropout: float = 0.05  # dropout on the adapter input
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])  # modules to adapt
-    merge: bool = True  # merge adapters into the weights of the final model (so vLLM and later stages load it plainly)
+    enabled: bool = setting(False, "train LoRA adapters instead of every weight")
+    r: int = setting(16, "adapter rank")
+    alpha: int = setting(32, "adapter scaling numerator (scale = alpha / r)")
+    dropout: float = setting(0.05, "dropout on the adapter input")
+    target_modules: list[str] = setting(factory=lambda: ["all-linear"], help="modules to adapt")
+    merge: bool = setting(True, "merge adapters into the weights of the final model (so "
+                          "vLLM and later stages load it plainly)")
 
 
 @dataclass
 class TaskSection:
     """Which tasks to train on."""
 
-    source: str = "builtin"  # builtin, a KernelBench-layout directory, a task .py file or a .jsonl solution set
-    levels: list[int] = field(default_factory=list)  # keep only these levels (empty: all)
-    ids: list[str] = field(default_factory=list)  # keep only these tasks: ids, names, L1/NAME keys or level/number
-    limit: int = 0  # keep at most this many tasks after filtering (0: no limit)
+    source: str = setting("builtin", "builtin, a KernelBench-layout directory, a task "
+                          ".py file or a .jsonl solution set")
+    levels: list[int] = setting(factory=list, help="keep only these levels (empty: all)")
+    ids: list[str] = setting(factory=list, help="keep only these tasks: ids, names, L1/NAME keys or level/number")
+    limit: int = setting(0, "keep at most this many tasks after filtering (0: no limit)")
 
 
 @dataclass
 class EvalSection:
     """The evaluator that judges every candidate (the reward)."""
 
-    device: str = "auto"  # cpu, cuda, cuda:N, a list "cuda:6,cuda:7", or auto (cuda when visible)
-    cluster: str = "local"  # local, ray or ray://ADDRESS (evaluation hosts apart from the training GPUs)
-    workers: int = 0  # CPU workers (device cpu), or a cap on GPU workers (0: one per GPU / one on CPU)
-    quick_timing: bool = False  # shorter timing protocol: CPU smoke runs and tests only
-    tolerance: str = "oracle"  # oracle (float64 reference) or kernelbench
-    correctness_trials: int = 5  # independent input sets checked before timing
+    device: str = setting("auto", 'cpu, cuda, cuda:N, a list "cuda:6,cuda:7", or auto (cuda when visible)')
+    cluster: str = setting("local", "local, ray or ray://ADDRESS (evaluation hosts apart from the training GPUs)")
+    workers: int = setting(0, "CPU workers (device cpu), or a cap on GPU workers (0: one per GPU / one on CPU)")
+    quick_timing: bool = setting(False, "shorter timing protocol: CPU smoke runs and tests only")
+    tolerance: str = setting("oracle", "oracle (float64 reference) or kernelbench")
+    correctness_trials: int = setting(5, "independent input sets checked before timing")
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -214,24 +217,6 @@ def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
 
 
-def field_help(cls: type) -> dict[str, str]:
-    """The one-line help of every field: the comment after it in the class source."""
-    import inspect
-
-    try:
-        lines = inspect.getsource(cls).splitlines()
-    except (OSError, TypeError):
-        return {}
-    helps = {}
-    for line in lines:
-        stripped = line.strip()
-        if ":" in stripped and "#" in stripped and not stripped.startswith(("#", '"')):
-            name = stripped.split(":", 1)[0].strip()
-            if name.isidentifier():
-                helps[name] = stripped.split("#", 1)[1].strip()
-    return helps
-
-
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -249,13 +234,13 @@ def _toml_value(value: Any) -> str:
 def render_template(cls: type) -> str:
     """A TOML config with every field of `cls` at its default and its help as a comment."""
     instance = cls()
-    helps = field_help(cls)
+    helps = helps_of(cls)
     head, tables = [], []
     for f in dataclasses.fields(cls):
         value = getattr(instance, f.name)
         note = f"  # {helps[f.name]}" if f.name in helps else ""
         if dataclasses.is_dataclass(value):
-            sub = field_help(type(value))
+            sub = helps_of(type(value))
             lines = [f"[{f.name}]{note}"]
             for g in dataclasses.fields(value):
                 sub_note = f"  # {sub[g.name]}" if g.name in sub else ""

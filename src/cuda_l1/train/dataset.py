@@ -19,7 +19,7 @@ from typing import Iterable
 
 from cuda_l1.contrastive.prompt import fenced
 from cuda_l1.errors import UserError
-from cuda_l1.train.judge import Outcome
+from cuda_l1.train.attempts import Outcome
 
 FORMATS = ("full", "canonical")
 TRAIN_COLUMNS = ("prompt", "completion")

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_l1.contrastive import SamplerConfig, build_prompt, sample_exemplars
+from cuda_l1.settings import setting
 from cuda_l1.store import Store
 from cuda_l1.tasks import Task
 from cuda_l1.train.distributed import Collective
@@ -33,13 +34,13 @@ from cuda_l1.train.distributed import Collective
 class PromptSection:
     """How contrastive prompts are built."""
 
-    n_exemplars: int = 2  # earlier correct kernels shown per prompt, with their speedups (the paper's N = 2)
-    temperature: float = 1.0  # softmax temperature over speedup buckets (low: favour the fastest bucket)
-    bucket_edges: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0])  # bucket bounds
-    score: str = "log"  # bucket score: log (mean log-speedup) or mean
-    failures: int = 0  # latest failures of the task shown in the prompt (0: none)
-    gpu_name: str = ""  # GPU named in the prompt ("" = "an NVIDIA CUDA GPU")
-    rows_per_task: int = 64  # dataset rows per task (a row is re-prompted each time the trainer samples it)
+    n_exemplars: int = setting(2, "earlier correct kernels shown per prompt, with their speedups (the paper's N = 2)")
+    temperature: float = setting(1.0, "softmax temperature over speedup buckets (low: favour the fastest bucket)")
+    bucket_edges: list[float] = setting(factory=lambda: [0.8, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0], help="bucket bounds")
+    score: str = setting("log", "bucket score: log (mean log-speedup) or mean")
+    failures: int = setting(0, "latest failures of the task shown in the prompt (0: none)")
+    gpu_name: str = setting("", 'GPU named in the prompt ("" = "an NVIDIA CUDA GPU")')
+    rows_per_task: int = setting(64, "dataset rows per task (a row is re-prompted each time the trainer samples it)")
 
     def sampler(self) -> SamplerConfig:
         return SamplerConfig(n_exemplars=self.n_exemplars, temperature=self.temperature,

@@ -31,8 +31,9 @@ from typing import Any
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, REJECTED
+from cuda_l1.settings import setting
+from cuda_l1.train.attempts import Attempt, Judge, rates
 from cuda_l1.train.distributed import Collective
-from cuda_l1.train.judge import Attempt, Judge, rates
 from cuda_l1.train.metrics import MetricsLog
 
 
@@ -40,10 +41,10 @@ from cuda_l1.train.metrics import MetricsLog
 class RewardConfig:
     """Reward shaping: verdict -> scalar reward."""
 
-    speedup_clip: float = 10.0  # ok: reward = ln(speedup) clipped to [-ln(clip), +ln(clip)]
-    failure_reward: float = -3.0  # incorrect, compile_error, runtime_error, timeout and parse_error
-    hack_reward: float = -5.0  # rejected: the evaluator refused a hack; kept below failure_reward
-    unmeasured_reward: float = 0.0  # ok but not timed (timing disabled): correct, speed unknown
+    speedup_clip: float = setting(10.0, "ok: reward = ln(speedup) clipped to [-ln(clip), +ln(clip)]")
+    failure_reward: float = setting(-3.0, "incorrect, compile_error, runtime_error, timeout and parse_error")
+    hack_reward: float = setting(-5.0, "rejected: the evaluator refused a hack; kept below failure_reward")
+    unmeasured_reward: float = setting(0.0, "ok but not timed (timing disabled): correct, speed unknown")
 
     def validate(self) -> None:
         if not (self.speedup_clip > 1 and math.isfinite(self.speedup_clip)):

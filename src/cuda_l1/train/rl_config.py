@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
 from cuda_l1.train.prompts import PromptSection
 from cuda_l1.train.reward import RewardConfig
@@ -17,20 +18,23 @@ VLLM_MODES = ("off", "colocate", "server")
 class RLStageConfig:
     """Stage 3: GRPO on contrastive prompts, rewarded by the evaluator, every verdict written back."""
 
-    model: ModelSection = field(default_factory=ModelSection)  # the policy (e.g. stage 2's final checkpoint)
-    output_dir: str = "runs/rl"  # trainer/ (checkpoints, TensorBoard), final/, rl_metrics.jsonl go here
-    store: str = ""  # history DB ("" = OUTPUT_DIR/history.db); the exemplars come from it and verdicts go to it
-    seed: int = 0  # seed of prompt building (shared by all ranks) and training
-    resume_from_checkpoint: str = ""  # "" (fresh), "latest" (newest checkpoint in trainer/), or a checkpoint path
-    seed_strategies: list[str] = field(default_factory=lambda: ["eager"])  # offline strategies judged first (exemplars)
-    vllm: str = "off"  # generation: off (transformers generate), colocate (vLLM on the training GPUs) or server
-    tasks: TaskSection = field(default_factory=TaskSection)  # which tasks to train on
-    prompt: PromptSection = field(default_factory=PromptSection)  # contrastive prompt settings
-    reward: RewardConfig = field(default_factory=RewardConfig)  # verdict -> reward shaping
-    eval: EvalSection = field(default_factory=EvalSection)  # the evaluator (the reward); keep it off the training GPUs
-    lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
-    steer: SteerSection = field(default_factory=SteerSection)  # smoke runs only: pull sampling towards given answers
-    trainer: dict = field(default_factory=dict)  # trl.GRPOConfig fields (num_generations, epsilon, beta, max_steps, ...)
+    model: ModelSection = setting(factory=ModelSection, help="the policy (e.g. stage 2's final checkpoint)")
+    output_dir: str = setting("runs/rl", "trainer/ (checkpoints, TensorBoard), final/, rl_metrics.jsonl go here")
+    store: str = setting("", 'history store ("" = OUTPUT_DIR/history.sqlite, or a history.db left there by '
+                         "an older run); the exemplars come from it and verdicts go to it")
+    seed: int = setting(0, "seed of prompt building (shared by all ranks) and training")
+    resume_from_checkpoint: str = setting("", '"" (fresh), "latest" (newest checkpoint in '
+                                          "trainer/), or a checkpoint path")
+    seed_strategies: list[str] = setting(factory=lambda: ["eager"], help="offline strategies judged first (exemplars)")
+    vllm: str = setting("off", "generation: off (transformers generate), colocate "
+                        "(vLLM on the training GPUs) or server")
+    tasks: TaskSection = setting(factory=TaskSection, help="which tasks to train on")
+    prompt: PromptSection = setting(factory=PromptSection, help="contrastive prompt settings")
+    reward: RewardConfig = setting(factory=RewardConfig, help="verdict -> reward shaping")
+    eval: EvalSection = setting(factory=EvalSection, help="the evaluator (the reward); keep it off the training GPUs")
+    lora: LoraSection = setting(factory=LoraSection, help="LoRA (PEFT) instead of full fine-tuning")
+    steer: SteerSection = setting(factory=SteerSection, help="smoke runs only: pull sampling towards given answers")
+    trainer: dict = setting(factory=dict, help="trl.GRPOConfig fields (num_generations, epsilon, beta, max_steps, ...)")
 
     def validate(self) -> None:
         self.reward.validate()

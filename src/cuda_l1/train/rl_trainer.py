@@ -23,9 +23,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cuda_l1.contrastive.prompt import fenced
 from cuda_l1.errors import UserError
 from cuda_l1.strategies import get_strategy
+from cuda_l1.train import trainer_args
+from cuda_l1.train.attempts import Attempt, Judge, rates
 from cuda_l1.train.config import to_dict
 from cuda_l1.train.distributed import AccelerateCollective, Collective
-from cuda_l1.train.judge import Attempt, Judge, rates
 from cuda_l1.train.metrics import MetricsLog, read_metrics
 from cuda_l1.train.modeling import check_model_path, load_tokenizer, lora_config, model_kwargs, save_trained
 from cuda_l1.train.prompts import ContrastivePromptBuilder, base_prompt, share_prompts
@@ -53,8 +54,6 @@ def grpo_args(config: RLStageConfig, output_dir: Path, generation: dict | None =
     """trl.GRPOConfig from our defaults, the [trainer] table, the stage's vllm setting and extra
     `generation` keyword arguments (steering)."""
     from trl import GRPOConfig
-
-    from cuda_l1.train import trainer_args
 
     fixed = {"output_dir": str(output_dir), "seed": config.trainer.get("seed", config.seed),
              "model_init_kwargs": {**model_kwargs(config.model), **config.trainer.get("model_init_kwargs", {})}}
@@ -115,7 +114,9 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
     from datasets import Dataset
 
     from cuda_l1.store import Store
-    from cuda_l1.train.runtime import open_pool, prepare_output, register_tasks, select_tasks, store_path
+    from cuda_l1.train.eval_pool import open_pool
+    from cuda_l1.train.outputs import prepare_output, store_path
+    from cuda_l1.train.task_selection import register_tasks, select_tasks
 
     console = console or Console(stderr=True)
     out = Path(config.output_dir)

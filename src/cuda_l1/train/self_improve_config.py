@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
 from cuda_l1.train.generation import BACKENDS
 from cuda_l1.train.steering import SteerSection
@@ -14,19 +15,22 @@ from cuda_l1.train.steering import SteerSection
 class GenerationSection:
     """How the current checkpoint is sampled each round."""
 
-    backend: str = "hf"  # hf (transformers generate), server (OpenAI-compatible endpoint) or vllm (offline engine)
-    samples_per_task: int = 8  # answers sampled per task per round
-    max_new_tokens: int = 4096  # answer length limit
-    temperature: float = 1.0  # sampling temperature
-    top_p: float = 1.0  # nucleus sampling mass
-    batch_size: int = 8  # hf: sequences per generate() call
-    endpoints: str = ""  # server: endpoint list file, used as is when server_command is empty
-    server_command: str = ""  # server: command serving the round's checkpoint, e.g. "vllm serve {model} --port {port}"
-    server_port: int = 8000  # server: the port substituted for {port}
-    server_timeout_s: float = 1800.0  # server: how long to wait for the started server to answer
-    vllm: dict = field(default_factory=dict)  # vllm: vllm.LLM keyword arguments (tensor_parallel_size, ...)
-    gpu_name: str = ""  # GPU named in the prompts ("" = "an NVIDIA CUDA GPU")
-    extra_completions_file: str = ""  # JSONL of {"task": selector, "text": answer} judged with every round's samples
+    backend: str = setting("hf", "hf (transformers generate), server (OpenAI-compatible "
+                           "endpoint) or vllm (offline engine)")
+    samples_per_task: int = setting(8, "answers sampled per task per round")
+    max_new_tokens: int = setting(4096, "answer length limit")
+    temperature: float = setting(1.0, "sampling temperature")
+    top_p: float = setting(1.0, "nucleus sampling mass")
+    batch_size: int = setting(8, "hf: sequences per generate() call")
+    endpoints: str = setting("", "server: endpoint list file, used as is when server_command is empty")
+    server_command: str = setting("", "server: command serving the round's checkpoint, e.g."
+                                  ' "vllm serve {model} --port {port}"')
+    server_port: int = setting(8000, "server: the port substituted for {port}")
+    server_timeout_s: float = setting(1800.0, "server: how long to wait for the started server to answer")
+    vllm: dict = setting(factory=dict, help="vllm: vllm.LLM keyword arguments (tensor_parallel_size, ...)")
+    gpu_name: str = setting("", 'GPU named in the prompts ("" = "an NVIDIA CUDA GPU")')
+    extra_completions_file: str = setting("", 'JSONL of {"task": selector, "text": answer} '
+                                          "judged with every round's samples")
 
 
 def off_policy(section: GenerationSection) -> bool:
@@ -43,20 +47,25 @@ class SelfImproveConfig:
     baseline would be estimated from a handful of noisy successes.
     """
 
-    model: ModelSection = field(default_factory=ModelSection)  # the starting checkpoint (e.g. stage 1's final/)
-    output_dir: str = "runs/self-improve"  # round-N/ folders, metrics.jsonl, tensorboard/ and state.json go here
-    store: str = ""  # history DB ("" = OUTPUT_DIR/history.db)
-    rounds: int = 3  # generate -> evaluate -> fine-tune rounds
-    accumulate: bool = False  # train on the successes of every round so far (False: this round's only, on-policy)
-    allow_off_policy: bool = False  # run although the rounds cannot sample the model they train (a fixed server)
-    seed: int = 0  # seed of sampling and training (round r uses seed + r)
-    launcher: str = ""  # runs each round's training, e.g. "accelerate launch --config_file z3.yaml" ("": in-process)
-    tasks: TaskSection = field(default_factory=TaskSection)  # which tasks to sample for
-    generation: GenerationSection = field(default_factory=GenerationSection)  # sampling settings
-    eval: EvalSection = field(default_factory=EvalSection)  # the evaluator (the 0/1 reward)
-    lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
-    steer: SteerSection = field(default_factory=SteerSection)  # smoke runs only: pull sampling towards given answers
-    trainer: dict = field(default_factory=dict)  # trl.SFTConfig fields for each round's fine-tuning
+    model: ModelSection = setting(factory=ModelSection, help="the starting checkpoint (e.g. stage 1's final/)")
+    output_dir: str = setting("runs/self-improve", "round-N/ folders, metrics.jsonl, "
+                              "tensorboard/ and state.json go here")
+    store: str = setting("", 'history store ("" = OUTPUT_DIR/history.sqlite, or a '
+                         "history.db left there by an older run)")
+    rounds: int = setting(3, "generate -> evaluate -> fine-tune rounds")
+    accumulate: bool = setting(False, "train on the successes of every round so far "
+                               "(False: this round's only, on-policy)")
+    allow_off_policy: bool = setting(False, "run although the rounds cannot sample the "
+                                     "model they train (a fixed server)")
+    seed: int = setting(0, "seed of sampling and training (round r uses seed + r)")
+    launcher: str = setting("", "runs each round's training, e.g. \"accelerate launch "
+                            '--config_file z3.yaml" ("": in-process)')
+    tasks: TaskSection = setting(factory=TaskSection, help="which tasks to sample for")
+    generation: GenerationSection = setting(factory=GenerationSection, help="sampling settings")
+    eval: EvalSection = setting(factory=EvalSection, help="the evaluator (the 0/1 reward)")
+    lora: LoraSection = setting(factory=LoraSection, help="LoRA (PEFT) instead of full fine-tuning")
+    steer: SteerSection = setting(factory=SteerSection, help="smoke runs only: pull sampling towards given answers")
+    trainer: dict = setting(factory=dict, help="trl.SFTConfig fields for each round's fine-tuning")
 
     def validate(self) -> None:
         if self.rounds < 1:

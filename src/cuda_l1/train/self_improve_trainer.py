@@ -26,25 +26,20 @@ from cuda_l1.contrastive import build_prompt
 from cuda_l1.errors import UserError
 from cuda_l1.store import Store
 from cuda_l1.tasks import Task, find_task
+from cuda_l1.train.attempts import Attempt, Judge, rates
 from cuda_l1.train.config import to_dict
 from cuda_l1.train.dataset import append_jsonl, make_row, read_jsonl
+from cuda_l1.train.eval_pool import open_pool
 from cuda_l1.train.generation import make_generator
-from cuda_l1.train.judge import Attempt, Judge, rates
+from cuda_l1.train.launch import SELF_IMPROVE_DRIVER, require_single_process
 from cuda_l1.train.metrics import MetricsLog
 from cuda_l1.train.modeling import check_model_path, model_kwargs
-from cuda_l1.train.runtime import (
-    SELF_IMPROVE_DRIVER,
-    open_pool,
-    prepare_output,
-    register_tasks,
-    require_single_process,
-    select_tasks,
-    store_path,
-)
+from cuda_l1.train.outputs import prepare_output, store_path
 from cuda_l1.train.self_improve_config import SelfImproveConfig, off_policy
 from cuda_l1.train.steering import read_answers
 from cuda_l1.train.sft_config import SFTStageConfig
 from cuda_l1.train.sft_trainer import finetune
+from cuda_l1.train.task_selection import register_tasks, select_tasks
 
 RUN_NAME = "train-self-improve"
 

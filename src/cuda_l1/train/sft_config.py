@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
 
 PHASES = ("all", "data", "train")
@@ -23,31 +24,35 @@ PHASES = ("all", "data", "train")
 class SFTDataSection:
     """How training data is sampled from LLM endpoints and kept."""
 
-    endpoints: str = ""  # endpoint list file (TOML/JSON, the format of `cuda-l1 optimize --endpoints`)
-    attempts_per_task: int = 20  # completions per task and endpoint at most (the paper's 20 tries)
-    successes_per_task: int = 1  # stop a (task, endpoint) pair after this many verified candidates (0: use every attempt)
-    batch_size: int = 4  # completions asked for in one request (the `n` of the request)
-    gpu_name: str = ""  # GPU named in the prompts ("" = "an NVIDIA CUDA GPU")
-    completion_format: str = "full"  # full: the model's own answer; canonical: its analysis + the verified code only
-    concurrency: int = 16  # (task, endpoint) requests in flight at once
+    endpoints: str = setting("", "endpoint list file (TOML/JSON, the format of `cuda-l1 optimize --endpoints`)")
+    attempts_per_task: int = setting(20, "completions per task and endpoint at most (the paper's 20 tries)")
+    successes_per_task: int = setting(1, "stop a (task, endpoint) pair after this many "
+                                      "verified candidates (0: use every attempt)")
+    batch_size: int = setting(4, "completions asked for in one request (the `n` of the request)")
+    gpu_name: str = setting("", 'GPU named in the prompts ("" = "an NVIDIA CUDA GPU")')
+    completion_format: str = setting("full", "full: the model's own answer; canonical: its "
+                                     "analysis + the verified code only")
+    concurrency: int = setting(16, "(task, endpoint) requests in flight at once")
 
 
 @dataclass
 class SFTStageConfig:
     """Stage 1: sample candidates from LLMs, keep the verified ones, fine-tune on them."""
 
-    model: ModelSection = field(default_factory=ModelSection)  # the model to fine-tune
-    output_dir: str = "runs/sft"  # data/, trainer/ (checkpoints, TensorBoard) and final/ go here
-    store: str = ""  # history DB ("" = OUTPUT_DIR/history.db); share it across stages so exemplars accumulate
-    phases: str = "all"  # all (sample then train), data (sample only) or train (train on existing data only)
-    datasets: list[str] = field(default_factory=list)  # extra training data: .jsonl files or save_to_disk directories
-    seed: int = 0  # seed of sampling order and training
-    resume_from_checkpoint: str = ""  # "" (fresh), "latest" (newest checkpoint in trainer/), or a checkpoint path
-    tasks: TaskSection = field(default_factory=TaskSection)  # which tasks to sample for
-    data: SFTDataSection = field(default_factory=SFTDataSection)  # sampling settings
-    eval: EvalSection = field(default_factory=EvalSection)  # the evaluator that verifies samples
-    lora: LoraSection = field(default_factory=LoraSection)  # LoRA (PEFT) instead of full fine-tuning
-    trainer: dict = field(default_factory=dict)  # trl.SFTConfig fields (learning_rate, max_steps, bf16, ...)
+    model: ModelSection = setting(factory=ModelSection, help="the model to fine-tune")
+    output_dir: str = setting("runs/sft", "data/, trainer/ (checkpoints, TensorBoard) and final/ go here")
+    store: str = setting("", 'history store ("" = OUTPUT_DIR/history.sqlite, or a history.db left there by '
+                         "an older run); share it across stages so exemplars accumulate")
+    phases: str = setting("all", "all (sample then train), data (sample only) or train (train on existing data only)")
+    datasets: list[str] = setting(factory=list, help="extra training data: .jsonl files or save_to_disk directories")
+    seed: int = setting(0, "seed of sampling order and training")
+    resume_from_checkpoint: str = setting("", '"" (fresh), "latest" (newest checkpoint in '
+                                          "trainer/), or a checkpoint path")
+    tasks: TaskSection = setting(factory=TaskSection, help="which tasks to sample for")
+    data: SFTDataSection = setting(factory=SFTDataSection, help="sampling settings")
+    eval: EvalSection = setting(factory=EvalSection, help="the evaluator that verifies samples")
+    lora: LoraSection = setting(factory=LoraSection, help="LoRA (PEFT) instead of full fine-tuning")
+    trainer: dict = setting(factory=dict, help="trl.SFTConfig fields (learning_rate, max_steps, bf16, ...)")
 
     def validate(self) -> None:
         if self.phases not in PHASES:

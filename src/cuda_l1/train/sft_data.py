@@ -26,7 +26,7 @@ from cuda_l1.llm import EndpointConfig, LLMClient, load_endpoints
 from cuda_l1.store import Store
 from cuda_l1.tasks import Task
 from cuda_l1.train.dataset import append_jsonl, dedupe, make_row, read_jsonl, save_dataset
-from cuda_l1.train.judge import Attempt, Judge, Outcome, rates
+from cuda_l1.train.attempts import Attempt, Judge, Outcome, rates
 from cuda_l1.train.sft_config import SFTStageConfig
 
 RUN_NAME = "train-sft-data"

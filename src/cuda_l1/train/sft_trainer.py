@@ -27,6 +27,7 @@ from cuda_l1.train.modeling import (
     save_trained,
 )
 from cuda_l1.train.sft_config import SFTStageConfig
+from cuda_l1.train.trainer_args import build
 
 # Our defaults for trl.SFTConfig; any [trainer] key overrides them.
 SFT_DEFAULTS = {
@@ -59,8 +60,6 @@ def resolve_resume(value: str, trainer_dir: Path) -> str | None:
 def sft_args(trainer: dict, output_dir: Path, seed: int):
     """trl.SFTConfig from our defaults and the [trainer] table (UserError on a field TRL does not know)."""
     from trl import SFTConfig
-
-    from cuda_l1.train.trainer_args import build
 
     return build(SFTConfig, trainer, SFT_DEFAULTS, {"output_dir": str(output_dir), "seed": trainer.get("seed", seed)})
 
@@ -112,17 +111,11 @@ def training_rows(config: SFTStageConfig) -> list[dict]:
 def run_sft(config: SFTStageConfig, console: Console | None = None) -> dict:
     """Stage 1 end to end (or one of its phases); returns a summary dict."""
     from cuda_l1.store import Store
-    from cuda_l1.train.judge import Judge
-    from cuda_l1.train.runtime import (
-        DATA_PHASE,
-        is_main_process,
-        open_pool,
-        prepare_output,
-        register_tasks,
-        require_single_process,
-        select_tasks,
-        store_path,
-    )
+    from cuda_l1.train.attempts import Judge
+    from cuda_l1.train.eval_pool import open_pool
+    from cuda_l1.train.launch import DATA_PHASE, is_main_process, require_single_process
+    from cuda_l1.train.outputs import prepare_output, store_path
+    from cuda_l1.train.task_selection import register_tasks, select_tasks
     from cuda_l1.train.sft_data import sample_sft_data
 
     out = Path(config.output_dir)

@@ -19,15 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 
 
 @dataclass
 class SteerSection:
     """Steered sampling for smoke runs (see train/steering.py); off unless answers_file is set."""
 
-    answers_file: str = ""  # JSONL of {"task": selector, "text": answer} that sampling is pulled towards ("": off)
-    bias: float = 30.0  # logit bonus for the next token of an answer (random weights give logits near 0)
-    context: int = 1024  # tokens before it that must match (1024: the whole answer so far: no crossing)
+    answers_file: str = setting("", 'JSONL of {"task": selector, "text": answer} that '
+                                'sampling is pulled towards ("": off)')
+    bias: float = setting(30.0, "logit bonus for the next token of an answer (random weights give logits near 0)")
+    context: int = setting(1024, "tokens before it that must match (1024: the whole answer so far: no crossing)")
 
     @property
     def enabled(self) -> bool:

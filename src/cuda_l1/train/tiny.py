@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuda_l1.settings import setting
+
 # ChatML: the rendered prompt (with the generation prompt) is a prefix of prompt + answer, which is
 # what TRL needs to find where the completion starts; <|im_end|> ends every turn and is the EOS.
 CHAT_TEMPLATE = (
@@ -29,14 +31,14 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 class TinyModelConfig:
     """Shape of the tiny model."""
 
-    vocab_size: int = 2048  # BPE vocabulary (special tokens included)
-    hidden_size: int = 64  # model width
-    intermediate_size: int = 128  # MLP width
-    num_layers: int = 2  # decoder layers
-    num_heads: int = 4  # attention heads
-    num_kv_heads: int = 2  # key/value heads (grouped-query attention, as in current coder models)
-    max_positions: int = 8192  # context length (prompts with two exemplars run to a few thousand tokens)
-    seed: int = 0  # weight initialisation seed
+    vocab_size: int = setting(2048, "BPE vocabulary (special tokens included)")
+    hidden_size: int = setting(64, "model width")
+    intermediate_size: int = setting(128, "MLP width")
+    num_layers: int = setting(2, "decoder layers")
+    num_heads: int = setting(4, "attention heads")
+    num_kv_heads: int = setting(2, "key/value heads (grouped-query attention, as in current coder models)")
+    max_positions: int = setting(8192, "context length (prompts with two exemplars run to a few thousand tokens)")
+    seed: int = setting(0, "weight initialisation seed")
 
 
 def corpus() -> list[str]:

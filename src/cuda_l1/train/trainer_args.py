@@ -5,15 +5,15 @@ SFT `max_seq_length` became `max_length`, ...). Recipes written for either spell
 an older name is translated to the newer one when the installed class knows only the newer; giving
 both is an error. Anything else TRL does not know is an error too: a typo must not become a default.
 
-Stages build these objects when a command starts (`check_stage`), before hours of sampling, so a bad
-`[trainer]` table fails at once and the error names the config file.
+Stages build these objects when a command starts (`preflight.check_stage`), before hours of sampling,
+so a bad `[trainer]` table fails at once and the error names the config file. This module knows no
+stage: the stages import it, never the other way round.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from pathlib import Path
 from typing import Any, Callable
 
 from cuda_l1.errors import UserError
@@ -63,30 +63,6 @@ def build(cls: type, table: dict, defaults: dict | None = None, fixed: dict | No
 
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
-
-
-def check_stage(stage: str, config) -> Any:
-    """Build the TRL config a stage will train with (UserError if it cannot be built); returns it.
-
-    Building it sets up the process group of a distributed launch, as the stage itself does; so the
-    drivers that must run in one process (stage 2, stage 1's data phase) are refused here first.
-    """
-    from cuda_l1.train.runtime import DATA_PHASE, SELF_IMPROVE_DRIVER, require_single_process
-
-    if stage == "rl":
-        from cuda_l1.train.rl_trainer import grpo_args
-
-        return grpo_args(config, Path(config.output_dir) / "trainer")
-    from cuda_l1.train.sft_trainer import sft_args
-
-    if stage == "self-improve":
-        require_single_process(SELF_IMPROVE_DRIVER)
-    elif config.phases in ("all", "data"):
-        require_single_process(DATA_PHASE)
-    if stage == "sft" and config.phases == "data":
-        return None  # nothing is trained
-    where = Path(config.output_dir) / ("trainer" if stage == "sft" else "round-1/trainer")
-    return sft_args(config.trainer, where, config.seed)
 
 
 def _version(name: str) -> str:

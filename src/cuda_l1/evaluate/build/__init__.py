@@ -20,7 +20,7 @@ _EXPORTS = {
     "static_specs": "extract",
     "load_built": "loader", "load_built_path": "loader",
     "wait_for_background_pch": "pch",
-    "BuildPool": "pool",
+    "BuildPool": "parallel",
     "compiler_runs": "procs",
     "ExtensionSpec": "spec",
     "Toolchain": "toolchain", "detect_toolchain": "toolchain",

@@ -4,7 +4,7 @@ What stock `load_inline` does (ninja over main.cpp and cuda.cu, then link agains
 same flags and defines, plus what makes it fast:
 - the binding TU (`main.cpp`, c++) and the CUDA TU (`cuda.cu`, nvcc) run as two processes at once;
 - the binding TU loads a precompiled <torch/extension.h> (see `pch.py`);
-- the CUDA TU gets <torch/types.h> instead of <torch/extension.h> when that is safe (`sources.py`);
+- the CUDA TU gets <torch/types.h> instead of <torch/extension.h> when that is safe (`translation_units.py`);
 - nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200).
 
 Measured on a 2-core EPYC VM (shared, so CPU seconds are the steady figure), gcc 12.2, nvcc 13.0,
@@ -33,7 +33,7 @@ from cuda_l1.evaluate.build.flags import names_gpu_arch
 from cuda_l1.evaluate.build.pch import PchStore, pch_used, strip_include_trace
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
 from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, in_parallel, run_command
-from cuda_l1.evaluate.build.sources import (IMPLICIT_CPP_HEADER, IMPLICIT_CUDA_HEADERS, MISSING_NAME,
+from cuda_l1.evaluate.build.translation_units import (IMPLICIT_CPP_HEADER, IMPLICIT_CUDA_HEADERS, MISSING_NAME,
                                             cpp_translation_unit, cuda_translation_unit, declared_module_name)
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import Toolchain

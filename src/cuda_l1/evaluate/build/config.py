@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuda_l1.settings import setting
+
 PCH_MODES = ("auto", "wait", "off")
 
 
@@ -19,14 +21,14 @@ def default_cache_dir() -> Path:
 class BuildConfig:
     """Knobs of the build layer; the defaults are what the evaluator uses."""
 
-    cache_dir: str | os.PathLike | None = None  # where builds live; None: default_cache_dir()
-    arch: str | None = None  # GPU archs ("9.0a", "8.0;9.0+PTX"); None: TORCH_CUDA_ARCH_LIST, local GPU, 9.0a
-    pch: str = "auto"  # torch/extension.h precompiled header: "auto" (use if built, else build it in
-    #                    the background and compile without), "wait" (build it first), "off"
-    slim_cuda_headers: bool = True  # give .cu files <torch/types.h> for <torch/extension.h> when safe
-    split_nvcc: bool = True  # run nvcc's host and device front ends side by side (nvcc_split.py)
-    timeout_s: float = 900.0  # limit per compiler or linker command
-    cache_failures: bool = True  # keep compile errors so the same source is never compiled twice
+    cache_dir: str | os.PathLike | None = setting(None, "where builds live; None: default_cache_dir()")
+    arch: str | None = setting(None, 'GPU archs ("9.0a", "8.0;9.0+PTX"); None: TORCH_CUDA_ARCH_LIST, local GPU, 9.0a')
+    pch: str = setting("auto", 'torch/extension.h precompiled header: "auto" (use if built, else build it in the '
+                       'background and compile without), "wait" (build it first), "off"')
+    slim_cuda_headers: bool = setting(True, "give .cu files <torch/types.h> for <torch/extension.h> when safe")
+    split_nvcc: bool = setting(True, "run nvcc's host and device front ends side by side (nvcc_split.py)")
+    timeout_s: float = setting(900.0, "limit per compiler or linker command")
+    cache_failures: bool = setting(True, "keep compile errors so the same source is never compiled twice")
 
     def __post_init__(self):
         if self.pch not in PCH_MODES:

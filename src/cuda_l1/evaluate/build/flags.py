@@ -21,104 +21,8 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from cuda_l1.evaluate.build import flag_rules as rules
 from cuda_l1.evaluate.build.errors import BuildError
-
-MAX_FLAGS = 64  # per argument; real candidates use a handful
-MAX_FLAG_CHARS = 512
-
-# Libraries an extension may link by name (`-lNAME`); all live in the CUDA toolkit, torch or libc.
-ALLOWED_LIBS = frozenset({
-    "cublas", "cublasLt", "curand", "cusparse", "cufft", "cusolver", "cudart", "cuda", "nvrtc",
-    "nvToolsExt", "cudnn", "c10", "c10_cuda", "torch", "torch_cpu", "torch_cuda", "torch_python",
-    "m", "pthread", "dl", "rt", "gomp", "stdc++",
-})
-
-# Why a well-known dangerous flag is refused; matched by prefix, checked before the allowlists.
-_DENIED = (
-    ("@", "response files read arbitrary files"),
-    ("-fplugin", "compiler plugins run arbitrary code"),
-    ("-B", "-B replaces the compiler's own programs"),
-    ("-wrapper", "-wrapper runs another program"),
-    ("-specs", "spec files rewrite the compiler's commands"),
-    ("--specs", "spec files rewrite the compiler's commands"),
-    ("-ccbin", "the host compiler is chosen by the build, not the candidate"),
-    ("--compiler-bindir", "the host compiler is chosen by the build, not the candidate"),
-    ("-Wl,", "linker pass-through can load scripts and plugins"),
-    ("-Xlinker", "linker pass-through can load scripts and plugins"),
-    ("-Xnvlink", "linker pass-through is not allowed"),
-    ("-Wa,", "assembler pass-through is not allowed"),
-    ("-Xassembler", "assembler pass-through is not allowed"),
-    ("-Wp,", "preprocessor pass-through is not allowed"),
-    ("-Xpreprocessor", "preprocessor pass-through is not allowed"),
-    ("-save-temps", "outputs are placed by the build"),
-    ("-keep", "outputs are placed by the build"),
-    ("--keep", "outputs are placed by the build"),
-    ("-odir", "outputs are placed by the build"),
-    ("--output-directory", "outputs are placed by the build"),
-    ("--output-file", "outputs are placed by the build"),
-    ("-dump", "outputs are placed by the build"),
-    ("-fdump", "outputs are placed by the build"),
-    ("-fprofile", "profile files are read and written outside the build"),
-    ("--sysroot", "the system root is fixed by the build"),
-    ("-isysroot", "the system root is fixed by the build"),
-    ("-iprefix", "include prefixes are fixed by the build"),
-    ("-iwithprefix", "include prefixes are fixed by the build"),
-    ("-fsanitize", "sanitizer runtimes are not linked"),
-    ("-flto", "link-time optimisation runs the linker plugin"),
-    ("-rdc", "relocatable device code needs a device link step that is not run"),
-    ("--relocatable-device-code", "relocatable device code needs a device link step that is not run"),
-    ("-dc", "relocatable device code needs a device link step that is not run"),
-    ("--dryrun", "the build runs its own commands"),
-)
-_OUTPUT_FLAGS = {"-o", "-E", "-S", "-M", "-MM", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-x", "-T",
-                 "-c", "--compile", "-cuda", "--cuda", "-ptx", "--ptx", "-cubin", "--cubin",
-                 "-fatbin", "--fatbin", "-link", "--link", "-lib", "--lib", "-run", "--run"}
-
-_STD = r"(c|gnu)\+\+(98|03|11|14|17|20|23|26|0x|1y|1z|2a|2b|2c)"
-_MACRO = re.compile(r"-[DU][A-Za-z_]\w*(=[^\n\r\0]*)?\Z")
-_CXX_PLAIN = re.compile(
-    r"-(O[0-3sgz]?|Ofast|g[0-3]?|ggdb[0-3]?|w|pedantic|pedantic-errors|pthread|fopenmp|fopenmp-simd"
-    r"|fPIC|fpic|shared|v|m64|std=" + _STD + r")\Z")
-_CXX_F = re.compile(
-    r"-f(no-)?(fast-math|unroll-loops|unroll-all-loops|tree-vectorize|tree-loop-vectorize"
-    r"|tree-slp-vectorize|strict-aliasing|math-errno|trapping-math|signed-zeros|finite-math-only"
-    r"|associative-math|reciprocal-math|omit-frame-pointer|exceptions|rtti|permissive|inline"
-    r"|inline-functions|prefetch-loop-arrays|peel-loops|ipa-pta|function-sections|data-sections"
-    r"|plt|var-tracking|semantic-interposition|stack-protector|stack-protector-strong|concepts"
-    r"|coroutines|visibility-inlines-hidden|rounding-math|cx-limited-range|builtin|gnu-unique"
-    r"|diagnostics-color|elide-constructors|threadsafe-statics|common)\Z"
-    r"|-f(fp-contract=(fast|on|off)|visibility=(hidden|default|protected)|max-errors=\d{1,4}"
-    r"|vect-cost-model=\w+|inline-limit=\d{1,6}|excess-precision=\w+|template-depth=\d{1,6}"
-    r"|constexpr-depth=\d{1,6}|constexpr-steps=\d{1,10}|constexpr-loop-limit=\d{1,10}"
-    r"|diagnostics-color=\w+|abi-version=\d{1,3})\Z")
-_CXX_M = re.compile(
-    r"-m(arch|tune|cpu)=[\w.+-]{1,40}\Z"
-    r"|-m(no-)?(avx\w*|sse[\w.]*|ssse3|fma|f16c|bmi2?|popcnt|lzcnt|amx-\w+|avx512\w*|vnni\w*"
-    r"|prefer-vector-width=\d{2,3}|fpmath=\w+)\Z")
-_CXX_W = re.compile(r"-W(?![lap],)[\w=+-]{1,80}\Z")
-
-_NVCC_PLAIN = re.compile(
-    r"-{1,2}(use_fast_math|lineinfo|generate-line-info|G|device-debug|g|debug|expt-relaxed-constexpr"
-    r"|expt-extended-lambda|extended-lambda|res-usage|resource-usage|restrict|w|disable-warnings"
-    r"|extra-device-vectorization|Wno-deprecated-gpu-targets|Wno-deprecated-declarations|Wreorder"
-    r"|Wext-lambda-captures-this|Wdefault-stream-launch|Wmissing-launch-bounds|v|verbose|m64"
-    r"|allow-unsupported-compiler|no-host-device-initializer-list|no-host-device-move-forward)\Z")
-_ARCH = r"(sm|compute|lto)_(5[0-3]|6[0-2]|7[0-5]|8[0-9]|9[0-9]|1[0-3][0-9])[af]?"
-_ARCH_RE = re.compile(_ARCH + r"\Z")
-_GENCODE = re.compile(r"arch=" + _ARCH + r",code=(\[?)(" + _ARCH + r")(," + _ARCH + r")*\]?\Z")
-_PTXAS_OK = re.compile(
-    r"-{1,2}(v|verbose|O[0-3]|opt-level=[0-3]|warn-spills|warn-on-spills|warn-on-local-memory-usage"
-    r"|warn-on-double-precision-use|Werror|suppress-stack-size-warning|allow-expensive-optimizations"
-    r"(=(true|false))?|dlcm=c[ag]|dscm=\w+|def-load-cache=\w+|def-store-cache=\w+"
-    r"|maxrregcount=\d{1,3}|fmad=(true|false)|register-usage-level=\d{1,2}|disable-optimizer-constants"
-    r"|sp-bounds-check|device-debug|lineinfo|generate-line-info)\Z")
-_CUDAFE_OK = re.compile(r"-{1,2}diag_suppress=[\w,]{1,200}\Z")
-_BOOL_OPTS = {"ftz", "prec-div", "prec-sqrt", "fmad"}
-# nvcc runs its internal steps through /bin/sh with the flags pasted in, so `-DX=$(cmd)` would run
-# cmd (plain nvcc does this too). Every nvcc flag must therefore be free of shell syntax.
-_SHELL_SAFE = re.compile(r"[A-Za-z0-9_=.,:/+\-\[\]@%^]*\Z")
-_VALUE_FLAGS = {"-I", "-isystem", "-D", "-U", "-L", "-l", "-include"}
-
 
 @dataclass(frozen=True)
 class CheckedFlags:
@@ -142,10 +46,10 @@ def split_flags(flags: Iterable[str] | str | None, where: str) -> list[str]:
             out.extend(shlex.split(element))
         except ValueError as exc:
             raise BuildError(f"{where}: cannot split flag {element!r}: {exc}.") from None
-    if len(out) > MAX_FLAGS:
-        raise BuildError(f"{where}: {len(out)} flags given; at most {MAX_FLAGS} are accepted.")
+    if len(out) > rules.MAX_FLAGS:
+        raise BuildError(f"{where}: {len(out)} flags given; at most {rules.MAX_FLAGS} are accepted.")
     for token in out:
-        if len(token) > MAX_FLAG_CHARS or any(c in token for c in "\n\r\0"):
+        if len(token) > rules.MAX_FLAG_CHARS or any(c in token for c in "\n\r\0"):
             raise BuildError(f"{where}: flag {token[:60]!r}... is too long or holds a control character.")
     return out
 
@@ -155,9 +59,9 @@ def _refuse(where: str, flag: str, why: str) -> BuildError:
 
 
 def _denied_reason(flag: str) -> str | None:
-    if flag in _OUTPUT_FLAGS:
+    if flag in rules.OUTPUT_FLAGS:
         return "inputs and outputs are chosen by the build"
-    for prefix, why in _DENIED:
+    for prefix, why in rules.DENIED:
         if flag.startswith(prefix) and not (prefix == "-dc" and flag != "-dc"):
             return why
     return None
@@ -183,9 +87,9 @@ def check_path(path: str, roots: Sequence[str], where: str, what: str = "include
 
 
 def _check_lib(name: str, where: str) -> str:
-    if name not in ALLOWED_LIBS:
+    if name not in rules.ALLOWED_LIBS:
         raise BuildError(f"{where}: library {name!r} is not in the allowed list "
-                         f"({', '.join(sorted(ALLOWED_LIBS))}).")
+                         f"({', '.join(sorted(rules.ALLOWED_LIBS))}).")
     return f"-l{name}"
 
 
@@ -238,7 +142,7 @@ def _check_cxx_tokens(tokens: list[str], where: str, inc_roots: Sequence[str],
         why = _denied_reason(t)
         if why:
             raise _refuse(where, t, why)
-        if _MACRO.match(t) or _CXX_PLAIN.match(t) or _CXX_F.match(t) or _CXX_M.match(t) or _CXX_W.match(t):
+        if rules.MACRO.match(t) or rules.CXX_PLAIN.match(t) or rules.CXX_F.match(t) or rules.CXX_M.match(t) or rules.CXX_W.match(t):
             if t in ("-fopenmp", "-pthread"):
                 link.append(t)
             comp.append(t)
@@ -255,7 +159,7 @@ def check_cxx_flags(flags, *, where: str = "extra_cflags", include_roots: Sequen
 
 def _check_ptxas(value: str, where: str) -> None:
     for part in value.split(","):
-        if part and not _PTXAS_OK.match(part):
+        if part and not rules.PTXAS_OK.match(part):
             raise _refuse(where, f"-Xptxas {part}", "not in the list of accepted ptxas options")
 
 
@@ -264,7 +168,7 @@ def _check_arch(value: str, where: str, flag: str) -> None:
     if flag in ("-arch", "--gpu-architecture") and values == ["native"]:
         return
     for v in values:
-        if not _ARCH_RE.match(v):
+        if not rules.ARCH_RE.match(v):
             raise _refuse(where, f"{flag} {value}", "not a known GPU architecture")
 
 
@@ -278,7 +182,7 @@ def check_nvcc_flags(flags, *, where: str = "extra_cuda_cflags", include_roots: 
     while i < len(tokens):
         t = tokens[i]
         name = t.split("=", 1)[0]
-        if _NVCC_PLAIN.match(t):  # first: -lineinfo is not a library, -G not a path
+        if rules.NVCC_PLAIN.match(t):  # first: -lineinfo is not a library, -G not a path
             comp.append(t)
             i += 1
             continue
@@ -297,7 +201,7 @@ def check_nvcc_flags(flags, *, where: str = "extra_cuda_cflags", include_roots: 
             continue
         if name == "-Xcudafe":
             value, i = _take_value(tokens, i, name, where)
-            if not _CUDAFE_OK.match(value.strip("\"'")):
+            if not rules.CUDAFE_OK.match(value.strip("\"'")):
                 raise _refuse(where, f"-Xcudafe {value}", "only --diag_suppress is accepted")
             comp += ["-Xcudafe", value.strip("\"'")]
             continue
@@ -310,7 +214,7 @@ def check_nvcc_flags(flags, *, where: str = "extra_cuda_cflags", include_roots: 
         if name in ("-gencode", "--generate-code"):
             value, i = _take_value(tokens, i, name, where)
             value = value.strip("\"'")
-            if not _GENCODE.match(value):
+            if not rules.GENCODE.match(value):
                 raise _refuse(where, f"{name} {value}", "not a known GPU architecture pair")
             comp.append(f"-gencode={value}")
             continue
@@ -329,7 +233,7 @@ def check_nvcc_flags(flags, *, where: str = "extra_cuda_cflags", include_roots: 
                 raise _refuse(where, f"{name}={value}", "unknown language standard")
             comp.append(f"-std={value}")
             continue
-        if name.lstrip("-") in _BOOL_OPTS and name.startswith("-"):
+        if name.lstrip("-") in rules.BOOL_OPTS and name.startswith("-"):
             value, i = _take_value(tokens, i, name, where)
             if value not in ("true", "false"):
                 raise _refuse(where, f"{name}={value}", "needs true or false")
@@ -355,7 +259,7 @@ def check_nvcc_flags(flags, *, where: str = "extra_cuda_cflags", include_roots: 
             continue
         if t.startswith(("-I", "-isystem", "-D", "-U", "-L", "-l", "-O", "-include")):
             # Shared with the host policy; a bare flag takes its value from the next token.
-            width = 2 if t in _VALUE_FLAGS else 1
+            width = 2 if t in rules.VALUE_FLAGS else 1
             checked = _check_cxx_tokens(tokens[i:i + width], where, include_roots, lib_roots)
             i += width
             bad = [f for f in checked.compile if f.startswith("-O") and f not in ("-O0", "-O1", "-O2", "-O3")]
@@ -370,14 +274,14 @@ def check_nvcc_flags(flags, *, where: str = "extra_cuda_cflags", include_roots: 
             raise _refuse(where, t, why)
         raise _refuse(where, t, "not in the list of accepted nvcc flags")
     for token in comp:
-        if not _SHELL_SAFE.match(token):
+        if not rules.SHELL_SAFE.match(token):
             raise _refuse(where, token, "spaces, quotes and shell characters are not accepted in nvcc flags")
     return CheckedFlags(tuple(comp), tuple(link))
 
 
 def check_shell_safe(value: str, where: str, what: str) -> str:
     """Refuse a value (an include path) that would reach nvcc's shell with shell syntax in it."""
-    if not _SHELL_SAFE.match(value):
+    if not rules.SHELL_SAFE.match(value):
         raise BuildError(f"{where}: {what} {value!r} holds spaces, quotes or shell characters.")
     return value
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 
-from cuda_l1.evaluate.builder import build_cache_dir
+from cuda_l1.evaluate.build.requests import build_cache_dir
 from cuda_l1.evaluate.config import EvalConfig
 
 

@@ -26,11 +26,12 @@ import json
 import math
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
 
 # Local vLLM / SGLang servers accept any key; the openai library insists on a non-empty one.
 PLACEHOLDER_API_KEY = "EMPTY"
@@ -40,23 +41,23 @@ PLACEHOLDER_API_KEY = "EMPTY"
 class EndpointConfig:
     """One OpenAI-compatible chat-completions endpoint and how to sample from it."""
 
-    base_url: str  # server root including the API prefix, e.g. "http://localhost:8000/v1"
-    model: str  # model name sent in every request
-    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the key (not the key)
-    name: str = ""  # label in stats and logs; defaults to "model@base_url"
-    max_concurrency: int = 8  # requests in flight at once against this endpoint
-    timeout_s: float = 120.0  # wall-clock limit for one HTTP attempt
-    max_retries: int = 3  # extra attempts after a 429 / 5xx / timeout / connection error
-    backoff_base_s: float = 1.0  # first retry waits about this long; doubles each retry
-    backoff_max_s: float = 30.0  # upper bound on one backoff wait (also caps a server's Retry-After)
-    temperature: float = 1.0  # sampling temperature
-    top_p: float = 1.0  # nucleus sampling mass
-    max_tokens: int | None = 4096  # completion length limit per choice; None lets the server decide
-    weight: float = 1.0  # share of requests when several endpoints are used (relative to the others)
-    price_prompt_per_1m: float = 0.0  # currency units per 1M prompt tokens, for cost accounting
-    price_completion_per_1m: float = 0.0  # currency units per 1M completion tokens, for cost accounting
-    native_n: bool = True  # server honours `n` in one request; if False, n requests are sent instead
-    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into the request JSON (e.g. vLLM top_k)
+    base_url: str = setting(help='server root including the API prefix, e.g. "http://localhost:8000/v1"')
+    model: str = setting(help="model name sent in every request")
+    api_key_env: str = setting("OPENAI_API_KEY", "name of the environment variable holding the key (not the key)")
+    name: str = setting("", 'label in stats and logs; defaults to "model@base_url"')
+    max_concurrency: int = setting(8, "requests in flight at once against this endpoint")
+    timeout_s: float = setting(120.0, "wall-clock limit for one HTTP attempt")
+    max_retries: int = setting(3, "extra attempts after a 429 / 5xx / timeout / connection error")
+    backoff_base_s: float = setting(1.0, "first retry waits about this long; doubles each retry")
+    backoff_max_s: float = setting(30.0, "upper bound on one backoff wait (also caps a server's Retry-After)")
+    temperature: float = setting(1.0, "sampling temperature")
+    top_p: float = setting(1.0, "nucleus sampling mass")
+    max_tokens: int | None = setting(4096, "completion length limit per choice; None lets the server decide")
+    weight: float = setting(1.0, "share of requests when several endpoints are used (relative to the others)")
+    price_prompt_per_1m: float = setting(0.0, "currency units per 1M prompt tokens, for cost accounting")
+    price_completion_per_1m: float = setting(0.0, "currency units per 1M completion tokens, for cost accounting")
+    native_n: bool = setting(True, "server honours `n` in one request; if False, n requests are sent instead")
+    extra_body: dict[str, Any] = setting(factory=dict, help="merged into the request JSON (e.g. vLLM top_k)")
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -178,7 +179,7 @@ def load_endpoints(path: str | Path) -> list[EndpointConfig]:
             raise UserError(f"unknown top-level key(s) {', '.join(map(repr, extra))}; expected `endpoints`", path=where)
     if not isinstance(items, list) or not items:
         raise UserError("expected a non-empty list of endpoints (`[[endpoints]]` in TOML, "
-                        "`{\"endpoints\": [...]}` or a list in JSON)", path=where)
+                        '`{"endpoints": [...]}` or a list in JSON)', path=where)
     configs = []
     for i, item in enumerate(items, start=1):
         try:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from cuda_l1.contrastive import parse_completion
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.pool import EvalJob, EvalPool
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
 from cuda_l1.store import Origin, Store, norm_hash
 from cuda_l1.tasks import Task

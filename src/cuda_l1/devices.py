@@ -1,0 +1,83 @@
+"""`--device` (or a config's `device`), parsed once where it enters into a Device the layers below carry.
+
+Spelling: `cpu`; `cuda` (every visible GPU: one worker each); `cuda:N` (that GPU); `auto` or nothing
+(cuda when this host sees a GPU or a Ray cluster evaluates, else cpu). With a Ray cluster the GPUs are
+the cluster's, so a driver without one may still ask for cuda. No torch at import: `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuda_l1.errors import UserError
+from cuda_l1.settings import setting
+
+SPELLING = "cpu, cuda, cuda:N or auto"
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where candidates are evaluated."""
+
+    kind: str = setting(help="cpu or cuda")
+    index: int | None = setting(None, "the GPU of cuda:N; None: every visible GPU")
+    remote: bool = setting(False, "the GPUs are a Ray cluster's, not this host's (nothing is run here)")
+
+    def __str__(self) -> str:
+        if self.kind == "cpu":
+            return "cpu"
+        return "cuda" if self.index is None else f"cuda:{self.index}"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def local_gpu(self) -> bool:
+        """A GPU of this host: what references are checked on and calibration times."""
+        return self.is_cuda and not self.remote
+
+
+def local_gpu_count() -> int:
+    """GPUs this host's torch sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def parse_device(text: str | None, cluster: str = "local", what: str = "--device") -> Device:
+    """The Device `text` names, checked against what this host (or the cluster) can run."""
+    remote = cluster != "local"
+    spelled = (text or "auto").strip()
+    if spelled == "auto":
+        return Device("cuda", remote=remote) if remote or local_gpu_count() else Device("cpu")
+    if spelled == "cpu":
+        return Device("cpu")
+    if spelled == "cuda":
+        device = Device("cuda", remote=remote)
+    elif spelled.startswith("cuda:") and spelled[5:].isdigit():
+        device = Device("cuda", int(spelled[5:]), remote=remote)
+    else:
+        raise UserError(f"{what} is {SPELLING} (got {text!r}).")
+    if not remote:
+        count = local_gpu_count()
+        if not count:
+            raise UserError(f"{what} {spelled} was asked for, but no CUDA device is visible; use {what} cpu.")
+        if device.index is not None and device.index >= count:
+            raise UserError(f"{what} {spelled} was asked for, but this host sees {count} GPU(s) (cuda:0 to "
+                            f"cuda:{count - 1}).")
+    return device
+
+
+def parse_devices(text: str | None, cluster: str = "local", what: str = "--device") -> list[Device]:
+    """A comma-separated list of devices (e.g. the GPUs training leaves free), each parsed as above."""
+    parts = [p.strip() for p in (text or "auto").split(",") if p.strip()] or ["auto"]
+    devices = [parse_device(p, cluster, what) for p in parts]
+    if len(devices) > 1 and (cluster != "local" or any(not d.is_cuda or d.index is None for d in devices)):
+        raise UserError(f"{what}: a list names local GPUs as cuda:N, with cluster local (got {text!r}).")
+    return devices
+
+
+def as_device(value: Device | str | None, cluster: str = "local", what: str = "--device") -> Device:
+    """A Device as is; a spelling (from the Python API) parsed. Entry points call this once."""
+    return value if isinstance(value, Device) else parse_device(value, cluster, what)

@@ -1,0 +1,117 @@
+"""The contract every evaluation pool keeps, shared by the local and the Ray backend.
+
+It lives apart from both backends (and from the `make_pool` factory in pool.py) so that each backend
+depends on it alone and neither imports the other: the job and result types, the `EvalPool`
+interface, the runtime_error verdict a pool answers with when it cannot judge a job, and the
+evaluators a worker holds (`Evaluators`), which local worker processes and Ray actors keep alike.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import queue
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Verdict
+from cuda_l1.tasks import Task, source_id
+
+
+@dataclass
+class EvalJob:
+    """One candidate to judge."""
+
+    task: Task
+    source: str
+    key: str = ""  # the caller's handle (defaults to the candidate's content id)
+    best_known_speedup: float | None = None  # for the re-measure rule
+    meta: dict = field(default_factory=dict)  # passed back untouched (origin, strategy, ...)
+
+    def __post_init__(self):
+        if not self.key:
+            self.key = source_id(self.source)
+
+
+@dataclass
+class EvalResult:
+    job: EvalJob
+    verdict: Verdict
+    worker: str  # which worker judged it (device, host)
+    attempts: int = 1
+
+
+def failed_verdict(job: EvalJob, message: str) -> Verdict:
+    return Verdict(status=RUNTIME_ERROR, reasons=[message], task_id=job.task.id, task_name=job.task.key,
+                   candidate_id=source_id(job.source))
+
+
+KEEP_REFERENCES = 2  # prepared references a worker holds: a task's candidates back to back, and one more
+
+
+class Evaluators:
+    """The evaluators a worker holds: one per task, for the `keep` tasks it judged most recently.
+
+    An evaluator holds its task's prepared reference (module, inputs, float64 oracle outputs) and
+    maybe a spare child; a worker that kept one per task grew to 5-6 GB over the built-in suite. Older
+    ones are closed (`Evaluator.close()`) and dropped before a new one is prepared, so at most `keep`
+    exist at any moment; a task that comes back is prepared again, which costs seconds, not memory.
+    """
+
+    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES):
+        self.make = make  # task -> Evaluator
+        self.keep = max(1, keep)
+        self._held: collections.OrderedDict[str, Any] = collections.OrderedDict()
+
+    def get(self, task: Task):
+        evaluator = self._held.pop(task.id, None)
+        if evaluator is None:
+            while len(self._held) >= self.keep:
+                _, old = self._held.popitem(last=False)
+                old.close()
+                del old
+                gc.collect()  # reference modules and tensors can sit in reference cycles
+            evaluator = self.make(task)
+        self._held[task.id] = evaluator  # most recently used last
+        return evaluator
+
+    def task_ids(self) -> list[str]:
+        return list(self._held)
+
+    def close(self) -> None:
+        while self._held:
+            self._held.popitem(last=False)[1].close()
+
+
+class EvalPool:
+    """Interface of every backend."""
+
+    workers: list[str]
+
+    def submit(self, job: EvalJob) -> Future:
+        raise NotImplementedError
+
+    def run(self, jobs: Iterable[EvalJob], on_result: Callable[[EvalResult], None] | None = None) -> Iterator[EvalResult]:
+        """Submit every job and yield results as they complete."""
+        done: queue.Queue = queue.Queue()
+        count = 0
+        for job in jobs:
+            future = self.submit(job)
+            future.add_done_callback(done.put)
+            count += 1
+        for _ in range(count):
+            result = done.get().result()
+            if on_result:
+                on_result(result)
+            yield result
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,276 @@
+"""The local backend of the evaluation pool: one worker process per device slot on this host.
+
+    with LocalPool(device="cuda") as pool:                   # one worker per visible GPU
+        for result in pool.run(jobs):                         # as they complete
+            store.record_verdict(...)                         # the caller is the one store owner
+
+A worker is a trusted process: it prepares references and judges candidates, each of which runs in
+its own sandboxed child. It keeps the references of the last two tasks it judged (`jobs.Evaluators`),
+so a long run's memory stays bounded. A worker that dies is replaced and its candidate retried once; a
+second death becomes a runtime_error verdict. A worker dies with the process that owns the pool, even
+one killed with SIGKILL (lifeline.py).
+
+The pool also compiles queued candidates' extensions ahead on the CPU cores (build/ahead.py) and
+dispatches only candidates whose builds are done, and it has a suspicious speedup (the re-measure
+rule) confirmed by a different worker, so on a multi-GPU host by a different GPU.
+
+It is a module of its own so that the Ray backend (ray_pool.py) and the factory choosing between the
+two (pool.py) stay apart: this one depends on the shared contract (jobs.py) only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.verdict import Verdict
+
+
+def visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def worker_devices(device: str, workers: int | None) -> list[str]:
+    """'cuda' -> one worker per visible GPU; 'cuda:N' -> that GPU; 'cpu' -> `workers` CPU workers."""
+    if device in ("cuda", "auto") and visible_gpus():
+        count = visible_gpus()
+        return [f"cuda:{i}" for i in range(count if workers is None else min(workers, count))]
+    if device.startswith("cuda"):
+        return [device if ":" in device else "cuda:0"]
+    return ["cpu"] * max(1, workers or 1)
+
+
+# -- the worker process ------------------------------------------------------------------------------
+def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int) -> None:
+    """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept."""
+    from cuda_l1.evaluate import lifeline
+
+    lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
+    from cuda_l1.evaluate.evaluator import Evaluator
+
+    evaluators = Evaluators(lambda task: Evaluator(task, dataclasses.replace(config, device=device)))
+    while True:
+        item = inbox.get()
+        if item is None:
+            evaluators.close()
+            return
+        job_id, task, source, best = item
+        try:
+            evaluator = evaluators.get(task)
+            evaluator.config.best_known_speedup = best
+            verdict = evaluator.evaluate(source)
+            outbox.put((job_id, verdict.to_dict(), None))
+        except Exception as exc:  # a bad task is the caller's error, reported per job
+            outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
+
+
+class LocalPool(EvalPool):
+    """One worker process per device slot on this host."""
+
+    def __init__(self, device: str = "cuda", config: EvalConfig | None = None, workers: int | None = None,
+                 max_attempts: int = 2, prebuild: bool | None = None, prebuilder=None,
+                 remeasure_elsewhere: bool = True):
+        self.config = config or EvalConfig()
+        self.workers = worker_devices(device, workers)
+        self.max_attempts = max_attempts
+        # With several workers, a suspicious speedup is re-measured by another worker (another GPU
+        # when there is one) instead of by a fresh process on the same device.
+        self.remeasure_elsewhere = bool(remeasure_elsewhere and self.config.remeasure and len(self.workers) > 1)
+        self._worker_config = (dataclasses.replace(self.config, remeasure=False) if self.remeasure_elsewhere
+                               else self.config)
+        self._first: dict[int, tuple[Verdict, int]] = {}  # job id -> (verdict to confirm, worker index)
+        # Extensions are compiled ahead on the CPU cores by default on GPUs; on a CPU device the
+        # compilers would compete with the timed calls for the same cores.
+        if prebuild is None:
+            prebuild = not self.workers[0].startswith("cpu")
+        if prebuilder is None and prebuild:
+            from cuda_l1.evaluate.build.ahead import Prebuilder
+
+            prebuilder = Prebuilder(self.config)
+        self.prebuilder = prebuilder
+        self._builds: dict[int, list[Future]] = {}  # job id -> builds it waits for before dispatch
+        self._ctx = mp.get_context("spawn")  # workers must not inherit a CUDA context
+        self._outbox = self._ctx.Queue()
+        self._slots: list = []
+        self._pending: list[int] = []  # job ids in submission order (retries go first)
+        self._futures: dict[int, tuple[Future, EvalJob, int]] = {}
+        self._inflight: dict[int, int | None] = {i: None for i in range(len(self.workers))}
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self._closing = False  # no more dispatching or replacing; workers are being stopped
+        self._stopped = False  # the dispatcher may exit
+        self._closed = False
+        # The dispatcher thread starts every worker (and every replacement) and outlives them all:
+        # on Linux a worker's parent-death signal fires when the thread that started it exits.
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._dispatcher = threading.Thread(target=self._dispatch, name="cuda-l1-pool", daemon=True)
+        self._dispatcher.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._stopped = True
+            raise self._start_error
+
+    def _start(self, index: int):
+        inbox = self._ctx.Queue()
+        config = self._worker_config
+        if self.workers[index] == "cpu" and config.cpu_core is None and hasattr(os, "sched_getaffinity"):
+            cores = sorted(os.sched_getaffinity(0))  # CPU workers time on different cores
+            config = dataclasses.replace(config, cpu_core=cores[index % len(cores)])
+        proc = self._ctx.Process(target=_worker_main,
+                                 args=(self.workers[index], config, inbox, self._outbox, os.getpid()),
+                                 name=f"cuda-l1-worker-{index}", daemon=True)
+        proc.start()
+        return proc, inbox
+
+    def submit(self, job: EvalJob) -> Future:
+        future: Future = Future()
+        if self._closing:
+            future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), "none"))
+            return future
+        with self._lock:
+            job_id = self._next_id
+            self._next_id += 1
+            self._futures[job_id] = (future, job, 1)
+        builds = self.prebuilder.submit(job.source) if self.prebuilder is not None else []
+        with self._lock:
+            if builds:
+                self._builds[job_id] = builds
+            self._pending.append(job_id)
+        return future
+
+    def _next_ready(self, index: int) -> int | None:
+        """The oldest pending job that worker `index` may take and whose extensions are built: a
+        worker never waits on a compiler while another job is ready. With none ready, workers stay
+        idle until a build finishes. A re-measurement never goes to the worker that measured first."""
+        with self._lock:
+            for position, job_id in enumerate(self._pending):
+                first = self._first.get(job_id)
+                if first is not None and first[1] == index:
+                    continue
+                if all(f.done() for f in self._builds.get(job_id, ())):
+                    self._builds.pop(job_id, None)
+                    return self._pending.pop(position)
+        return None
+
+    def _assign(self) -> None:
+        for index, current in self._inflight.items():
+            if current is not None or self._closing:
+                continue
+            job_id = self._next_ready(index)
+            if job_id is None:
+                continue
+            _, job, _ = self._futures[job_id]
+            self._inflight[index] = job_id
+            self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup))
+
+    def _resolve(self, job_id: int, verdict: Verdict, worker: str) -> None:
+        with self._lock:
+            future, job, attempts = self._futures.pop(job_id)
+        future.set_result(EvalResult(job, verdict, worker, attempts))
+
+    def _dispatch(self) -> None:
+        try:
+            for index in range(len(self.workers)):
+                self._slots.append(self._start(index))
+        except BaseException as exc:  # reported by the constructor
+            self._start_error = exc
+        finally:
+            self._started.set()
+        while not self._stopped and self._start_error is None:
+            self._assign()
+            try:
+                job_id, verdict_dict, error = self._outbox.get(timeout=0.2)
+            except queue.Empty:
+                job_id = None
+            if job_id is not None:
+                index = next((i for i, j in self._inflight.items() if j == job_id), None)
+                if index is not None:
+                    self._inflight[index] = None
+                if job_id in self._futures:
+                    _, job, _ = self._futures[job_id]
+                    worker = self.workers[index] if index is not None else "?"
+                    verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(job, error or "")
+                    self._settle(job_id, job, verdict, index, worker)
+            self._replace_dead()
+
+    def _settle(self, job_id: int, job: EvalJob, verdict: Verdict, index: int | None, worker: str) -> None:
+        """Resolve the job, or first send a suspicious speedup to another worker to be re-measured."""
+        from cuda_l1.evaluate.evaluator import merge_remeasure, needs_remeasure
+
+        first = self._first.pop(job_id, None)
+        if first is not None:
+            first_verdict, first_index = first
+            kind = "another GPU" if worker != self.workers[first_index] else "another worker process"
+            where = f"{kind}: worker {index} ({worker}) after worker {first_index} ({self.workers[first_index]})"
+            self._resolve(job_id, merge_remeasure(first_verdict, verdict, where), self.workers[first_index])
+        elif (self.remeasure_elsewhere and index is not None
+              and needs_remeasure(verdict, self.config, job.best_known_speedup)):
+            with self._lock:
+                self._first[job_id] = (verdict, index)
+                self._pending.insert(0, job_id)
+        else:
+            self._resolve(job_id, verdict, worker)
+
+    def _replace_dead(self) -> None:
+        for index, (proc, _) in enumerate(self._slots):
+            if proc.is_alive() or self._closing:
+                continue
+            job_id = self._inflight[index]
+            self._slots[index] = self._start(index)
+            self._inflight[index] = None
+            if job_id is None or job_id not in self._futures:
+                continue
+            future, job, attempts = self._futures[job_id]
+            if attempts < self.max_attempts:
+                self._futures[job_id] = (future, job, attempts + 1)
+                with self._lock:
+                    self._pending.insert(0, job_id)
+            else:
+                self._first.pop(job_id, None)
+                self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate"),
+                              self.workers[index])
+
+    def worker_pids(self) -> list[int]:
+        return [proc.pid for proc, _ in self._slots]
+
+    def close(self) -> None:
+        """Stop the workers (each finishes its candidate, for at most 10 s), then the dispatcher; jobs
+        still unanswered get a runtime_error verdict."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing = True
+        if self.prebuilder is not None:
+            self.prebuilder.close()
+        for proc, inbox in self._slots:
+            try:
+                inbox.put(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 10
+        for proc, _ in self._slots:
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        self._stopped = True  # only now: the workers' parent-death signal is tied to this thread
+        if threading.current_thread() is not self._dispatcher:  # close() from a result callback
+            self._dispatcher.join(timeout=5)
+        with self._lock:
+            for future, job, _ in self._futures.values():
+                if not future.done():
+                    future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), "none"))
+            self._futures.clear()

@@ -1,0 +1,87 @@
+"""Reading a checked call's outputs and judging them, with both sides stopped.
+
+On a CPU the parent reads both sides' outputs from their memory and compares them itself. On a GPU
+the reference's side opens the candidate's outputs through their IPC handles and compares them with
+its own, which never leave it (protocol.Verify). Either way the positions are drawn by the referee,
+after the window, where no side can see them; the float64 oracle is the reference's side recomputing
+the same call in double precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from cuda_l1.evaluate import verify
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.protocol import LeafVerdict, Oracle, Oracled, Verified, Verify
+from cuda_l1.evaluate.remote import Unreadable
+from cuda_l1.evaluate.sandbox import ChildFailure
+from cuda_l1.evaluate.sides import ReferenceFailure, Side
+
+
+def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: list, rng, config: EvalConfig,
+         time_left: Callable[[], float]) -> list[LeafVerdict]:
+    """CPU: one verdict per output of the call, compared in this process."""
+    ref_leaves = []
+    for leaf in ref_call.leaves:
+        try:
+            ref_leaves.append(env.ref.memory.tensor(leaf) if leaf.kind == "tensor" else None)
+        except Unreadable as exc:
+            raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
+    oracle = float64_outputs(env, slot, config, time_left) if mode == "oracle" else None
+    results = []
+    for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves)):
+        if ref is None or leaf.kind != "tensor":
+            results.append(LeafVerdict(True))
+            continue
+        try:
+            # Never more than twice what the reference's output of the same call spans.
+            got = cand.memory.tensor(leaf, limit=2 * verify.span_bytes(ref_call.leaves[pos]) + (1 << 20))
+        except Unreadable as exc:
+            results.append(LeafVerdict(False, unreadable=str(exc)))
+            continue
+        o = oracle[pos] if oracle else None
+        results.append(verify.judge_leaf(got, ref, o, mode, bounds[pos], rng, config.timing.spot_checks,
+                                         config.tolerance))
+    return results
+
+
+def on_reference(env, cand_call, ref_index: int, slot: int, mode: str, bounds: list, rng, config: EvalConfig,
+                 time_left: Callable[[], float]) -> list[LeafVerdict]:
+    """CUDA: one verdict per output of the call, compared by the reference's side."""
+    ref = env.ref
+    request = Verify(ref_index, slot, mode, [-1.0 if b is None else b for b in bounds], rng.randrange(1 << 62),
+                     config.timing.spot_checks, cand_call.leaves, dataclasses.asdict(config.tolerance))
+    reply = _ask_reference(ref, request, Verified, config, time_left, "the reference's side failed while comparing")
+    if not reply.ok:
+        raise ReferenceFailure("the reference's side could not compare: " + reply.message)
+    if reply.oracle_note:
+        env.oracle_unavailable = reply.oracle_note
+    return reply.leaves
+
+
+def float64_outputs(env, slot: int, config: EvalConfig, time_left: Callable[[], float]) -> list | None:
+    """The float64 oracle's outputs for the call of `slot` (None, with the reason noted, when the task
+    has none: e.g. an op without a float64 kernel)."""
+    ref = env.ref
+    msg = _ask_reference(ref, Oracle(slot), Oracled, config, time_left, "the float64 reference failed")
+    if not msg.ok or msg.call is None:
+        env.oracle_unavailable = msg.message
+        return None
+    try:
+        return [ref.memory.tensor(leaf) if leaf.kind == "tensor" else None for leaf in msg.call.leaves]
+    except Unreadable as exc:
+        raise ReferenceFailure(f"the float64 reference's outputs could not be read: {exc}") from None
+
+
+def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_left: Callable[[], float], failed: str):
+    """One request to the reference's side, resumed for it and stopped again after."""
+    ref.proc.thaw()
+    try:
+        return ref.proc.request(request, min(config.call_timeout_s * 4, time_left()), expect)
+    except ChildFailure as failure:
+        raise ReferenceFailure(f"{failed}: {failure}") from None
+    finally:
+        if ref.proc.exit_info().reason == "running":
+            ref.proc.freeze()

@@ -1,0 +1,66 @@
+"""The `[eval]` table -> the evaluation pool a stage submits candidates to, and the settings it judges with.
+
+A stage may evaluate on one device (local or Ray workers) or on a list of local GPUs, e.g. the ones
+training leaves free; either way it sees one `EvalPool`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from cuda_l1.devices import Device, parse_devices
+from cuda_l1.errors import UserError
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool
+from cuda_l1.evaluate.pool import make_pool
+from cuda_l1.train.config import EvalSection
+
+
+def _devices(section: EvalSection) -> list[Device]:
+    return parse_devices(section.device, section.cluster, what="[eval] device")
+
+
+def eval_config(section: EvalSection) -> EvalConfig:
+    from cuda_l1.evaluate.precision import ToleranceConfig
+
+    if section.tolerance not in ("oracle", "kernelbench"):
+        raise UserError(f"[eval] tolerance is 'oracle' or 'kernelbench' (got {section.tolerance!r}).")
+    timing = TimingConfig.quick() if section.quick_timing else TimingConfig()
+    return EvalConfig(device=str(_devices(section)[0]), tolerance=ToleranceConfig(mode=section.tolerance),
+                      timing=timing, correctness_trials=section.correctness_trials)
+
+
+class DevicePools(EvalPool):
+    """Several local pools behind one interface: evaluation on chosen GPUs (e.g. the ones training leaves free)."""
+
+    def __init__(self, pools: list[EvalPool]):
+        self.pools = pools
+        self.workers = [w for p in pools for w in p.workers]
+        self._load = [0] * len(pools)
+
+    def submit(self, job: EvalJob) -> Future:
+        index = min(range(len(self.pools)), key=lambda i: self._load[i])
+        self._load[index] += 1
+        future = self.pools[index].submit(job)
+
+        def done(_f, i=index):
+            self._load[i] -= 1
+
+        future.add_done_callback(done)
+        return future
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.close()
+
+
+def open_pool(section: EvalSection) -> tuple[EvalPool, EvalConfig]:
+    """The evaluation pool a stage submits candidates to, and the settings it judges with."""
+    config = eval_config(section)
+    devices = _devices(section)
+    workers = section.workers or None
+    if len(devices) == 1:
+        return make_pool(section.cluster, device=str(devices[0]), config=config, workers=workers), config
+    if section.cluster != "local":
+        raise UserError("[eval] a device list needs cluster = 'local'; a Ray cluster places workers itself.")
+    return DevicePools([make_pool("local", device=str(d), config=config, workers=1) for d in devices]), config

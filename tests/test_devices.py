@@ -1,0 +1,73 @@
+"""`--device` is parsed once, at the edge, into a Device (spelling, visibility, a cluster's GPUs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda_l1 import devices
+from cuda_l1.devices import Device, as_device, parse_device, parse_devices
+from cuda_l1.errors import UserError
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """Pretend this host sees `n` GPUs."""
+    def set_count(n: int) -> None:
+        monkeypatch.setattr(devices, "local_gpu_count", lambda: n)
+    return set_count
+
+
+def test_spellings_on_a_host_with_two_gpus(gpus):
+    gpus(2)
+    assert parse_device("cpu") == Device("cpu")
+    assert parse_device("cuda") == Device("cuda") and str(parse_device("cuda")) == "cuda"
+    assert parse_device("cuda:1") == Device("cuda", 1) and str(Device("cuda", 1)) == "cuda:1"
+    assert parse_device(None) == parse_device("auto") == Device("cuda")
+    with pytest.raises(UserError, match="sees 2 GPU"):
+        parse_device("cuda:2")
+
+
+@pytest.mark.parametrize("text", ["GPU0", "cuda:", "cuda:x", "cuda1", "CUDA", "cpu:0", ""])
+def test_misspellings_are_refused_with_the_rule(gpus, text):
+    gpus(1)
+    if text == "":  # nothing given: auto
+        assert parse_device(text) == Device("cuda")
+        return
+    with pytest.raises(UserError, match="cpu, cuda, cuda:N or auto"):
+        parse_device(text)
+
+
+def test_without_a_gpu_auto_is_cpu_and_cuda_is_refused(gpus):
+    gpus(0)
+    assert parse_device("auto") == Device("cpu")
+    with pytest.raises(UserError, match="no CUDA device is visible; use --device cpu"):
+        parse_device("cuda")
+    with pytest.raises(UserError, match=r"\[eval\] device cuda:0"):
+        parse_device("cuda:0", what="[eval] device")
+
+
+def test_a_clusters_gpus_need_none_here(gpus):
+    gpus(0)
+    device = parse_device("cuda", cluster="ray")
+    assert device == Device("cuda", remote=True) and device.is_cuda and not device.local_gpu
+    assert parse_device("auto", cluster="ray://head:10001").remote
+    assert parse_device("cpu", cluster="ray") == Device("cpu")
+
+
+def test_device_lists_name_local_gpus(gpus):
+    gpus(8)
+    assert parse_devices("cuda:6, cuda:7") == [Device("cuda", 6), Device("cuda", 7)]
+    assert parse_devices("auto") == [Device("cuda")]
+    with pytest.raises(UserError, match="a list names local GPUs"):
+        parse_devices("cpu,cuda:1")
+    with pytest.raises(UserError, match="a list names local GPUs"):
+        parse_devices("cuda:1,cuda:2", cluster="ray")
+
+
+def test_as_device_passes_a_device_through_and_parses_a_spelling(gpus):
+    gpus(0)
+    remote = Device("cuda", remote=True)
+    assert as_device(remote) is remote
+    assert as_device("cpu") == Device("cpu")
+    with pytest.raises(UserError):
+        as_device("cuda")
