@@ -52,3 +52,16 @@ def test_settings_command_prints_one_class_as_json(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(row["help"] for row in rows)
     assert run(["settings", "nonsense"]) == 2
+
+
+def test_evaluation_settings_out_of_range_are_refused_also_when_changed_later():
+    from cuda_l1.errors import UserError
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+
+    EvalConfig(device="cuda:3", timing=TimingConfig.quick())  # spelling only: visibility is checked at the edge
+    with pytest.raises(UserError, match="device is cpu, cuda or cuda:N"):
+        EvalConfig(device="gpu")
+    config = EvalConfig()
+    config.timing.full_check_rate = 1.5
+    with pytest.raises(UserError, match="full_check_rate"):
+        dataclasses.replace(config)  # what an Evaluator does with the config it is given

@@ -43,7 +43,9 @@ class ChannelTimeout(ChannelError):
 
 
 @dataclass
-class Message:
+class Envelope:
+    """One authenticated frame, opened: its JSON header and its binary parts (not yet validated)."""
+
     header: dict
     blobs: list[bytes]
 
@@ -108,7 +110,7 @@ class Channel:
                 raise ChannelClosed("the other side closed the channel")
             self._buffer += chunk
 
-    def recv(self, timeout: float | None = None) -> Message:
+    def recv(self, timeout: float | None = None) -> Envelope:
         return self.parse(self.recv_frame(timeout))
 
     def has_pending(self) -> bool:
@@ -134,7 +136,7 @@ class Channel:
         del self._buffer[:total]
         return frame
 
-    def parse(self, frame: bytes) -> Message:
+    def parse(self, frame: bytes) -> Envelope:
         """Authenticate and parse a frame from recv_frame (frames must be parsed in arrival order)."""
         _, head_len, n_blobs = _PREFIX.unpack_from(frame, 0)
         lengths = [_BLOB_LEN.unpack_from(frame, _PREFIX.size + i * _BLOB_LEN.size)[0] for i in range(n_blobs)]
@@ -154,7 +156,7 @@ class Channel:
             raise ChannelError("frame header is not JSON (or nested too deeply)") from None
         if not isinstance(header, dict):
             raise ChannelError("frame header is not an object")
-        return Message(header, blobs)
+        return Envelope(header, blobs)
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):

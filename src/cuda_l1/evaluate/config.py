@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cuda_l1.errors import UserError
 from cuda_l1.evaluate.precision import ToleranceConfig
 from cuda_l1.settings import setting
 
@@ -82,6 +83,11 @@ class EvalConfig:
     input_memory_bytes: int | None = setting(None, "budget for the input slots of both sides "
                                              "(default: a quarter of the device)")
 
+    def __post_init__(self) -> None:
+        # The whole tree is checked here, nested settings included: an Evaluator copies its config
+        # with dataclasses.replace, so values changed after construction are checked then too.
+        check_settings(self)
+
     def config_key(self) -> str:
         """What makes two verdicts comparable: the precision policy and how long and how finely the
         timing protocol measures (so speedups measured with quick timing never mix with full ones)."""
@@ -90,3 +96,27 @@ class EvalConfig:
                   f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}")
         return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
                 f"|trials={self.correctness_trials}|timing={timing}")
+
+
+def check_settings(config: EvalConfig) -> None:
+    """UserError naming the first setting out of its range (a typo must not become a silent policy)."""
+    t, box = config.timing, config.sandbox
+    device = config.device
+    problems = [
+        (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()),
+         f"device is cpu, cuda or cuda:N (got {device!r})"),
+        (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
+        (min(config.timeout_s, config.load_timeout_s, config.first_call_timeout_s, config.call_timeout_s) > 0,
+         "every timeout must be positive"),
+        (t.window_s > 0 and t.max_time_s > 0 and t.warmup_s >= 0, "timing window_s and max_time_s must be positive"),
+        (1 <= t.warmup_rounds and 1 <= t.min_rounds <= t.max_rounds,
+         "timing needs warmup_rounds >= 1 and 1 <= min_rounds <= max_rounds"),
+        (t.target_width > 0, "timing target_width must be positive"),
+        (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
+        (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
+        (min(box.memory_bytes, box.shm_bytes, box.scratch_bytes, box.max_processes, box.cpu_seconds,
+             box.file_bytes, box.open_files) > 0, "every sandbox limit must be positive"),
+    ]
+    for ok, message in problems:
+        if not ok:
+            raise UserError(f"evaluation settings: {message}.")
