@@ -132,6 +132,9 @@ def test_store_of_an_older_output_folder_stays_history_db(tmp_path):
     (tmp_path / "history.db").touch()
     assert store_path("", tmp_path) == tmp_path / "history.db"
     assert store_path("", str(tmp_path)) == tmp_path / "history.db"
+    # the example configs named .../history.db before; their new .../history.sqlite finds it too
+    assert store_path(str(tmp_path / "history.sqlite"), "elsewhere") == tmp_path / "history.db"
+    assert store_path(str(tmp_path / "other" / "history.sqlite"), "elsewhere") == tmp_path / "other" / "history.sqlite"
 
 
 def test_trainer_table_is_checked_against_trl(tmp_path):

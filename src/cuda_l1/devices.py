@@ -48,7 +48,9 @@ def local_gpu_count() -> int:
 def parse_device(text: str | None, cluster: str = "local", what: str = "--device") -> Device:
     """The Device `text` names, checked against what this host (or the cluster) can run."""
     remote = cluster != "local"
-    spelled = (text or "auto").strip()
+    if text is None:  # nothing asked for: what this host has (a cluster's GPUs only when asked: auto or cuda)
+        return Device("cuda") if local_gpu_count() else Device("cpu")
+    spelled = text.strip()
     if spelled == "auto":
         return Device("cuda", remote=remote) if remote or local_gpu_count() else Device("cpu")
     if spelled == "cpu":
@@ -70,11 +72,13 @@ def parse_device(text: str | None, cluster: str = "local", what: str = "--device
 
 
 def parse_devices(text: str | None, cluster: str = "local", what: str = "--device") -> list[Device]:
-    """A comma-separated list of devices (e.g. the GPUs training leaves free), each parsed as above."""
-    parts = [p.strip() for p in (text or "auto").split(",") if p.strip()] or ["auto"]
-    devices = [parse_device(p, cluster, what) for p in parts]
-    if len(devices) > 1 and (cluster != "local" or any(not d.is_cuda or d.index is None for d in devices)):
-        raise UserError(f"{what}: a list names local GPUs as cuda:N, with cluster local (got {text!r}).")
+    """A comma-separated list of devices, each parsed as above: one pool each (e.g. the GPUs training
+    leaves free). An empty list means cpu; a list of several needs the local cluster."""
+    parts = [p.strip() for p in (text if text is not None else "auto").split(",") if p.strip()]
+    devices = [parse_device(p, cluster, what) for p in parts] or [Device("cpu")]
+    if len(devices) > 1 and cluster != "local":
+        raise UserError(f"{what}: a list of devices needs the local cluster; a Ray cluster places workers itself "
+                        f"(got {text!r}).")
     return devices
 
 

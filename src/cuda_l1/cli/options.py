@@ -14,7 +14,8 @@ DEFAULT_TIMEOUT_S = 180.0
 
 def device() -> typer.models.OptionInfo:
     return typer.Option(None, "--device", metavar="DEVICE",
-                        help="cpu, cuda (all visible GPUs) or cuda:N; default: cuda if present, else cpu.")
+                        help="cpu, cuda (all visible GPUs), cuda:N or auto; default: cuda if this host has a GPU, else cpu "
+                        "(with --cluster ray, cuda and auto mean the cluster's GPUs).")
 
 
 def tolerance() -> typer.models.OptionInfo:

@@ -6,18 +6,19 @@
 
 This module only chooses the backend: `LocalPool` (local_pool.py, worker processes on this host) or
 `RayPool` (ray_pool.py, the same workers as actors across the hosts of a Ray cluster). Both keep the
-contract of jobs.py. Ray is optional, so it is imported only when a Ray pool is asked for. The public
-names are re-exported here so that `from cuda_l1.evaluate.pool import ...` keeps working; modules of
-`cuda_l1.evaluate` import the backend or the contract directly, never this factory.
+contract of jobs.py. Ray is optional, so it is imported only when a Ray pool is asked for. The names
+callers use with a pool (jobs, results, the local backend and its worker placement) are re-exported
+here; modules of `cuda_l1.evaluate` import the backend or the contract directly, never this factory.
 """
 
 from __future__ import annotations
 
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import EvalJob, EvalPool, EvalResult
-from cuda_l1.evaluate.local_pool import LocalPool
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool, EvalResult, failed_verdict
+from cuda_l1.evaluate.local_pool import LocalPool, visible_gpus, worker_devices
 
-__all__ = ["EvalJob", "EvalPool", "EvalResult", "LocalPool", "make_pool"]
+__all__ = ["EvalJob", "EvalPool", "EvalResult", "LocalPool", "failed_verdict", "make_pool", "visible_gpus",
+           "worker_devices"]
 
 
 def make_pool(cluster: str = "local", device: str = "cuda", config: EvalConfig | None = None,

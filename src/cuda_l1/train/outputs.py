@@ -26,13 +26,15 @@ def prepare_output(output_dir: str | Path, config: dict, name: str) -> Path:
 def store_path(store: str, output_dir: str | Path) -> Path:
     """The history store: the configured path, else history.sqlite in the output folder.
 
-    An output folder from before the rename may hold history.db and no history.sqlite; then that file
+    A folder from before the rename may hold history.db and no history.sqlite; then that file
     is the store. A resumed run must find its own history there: the SFT ledger of attempts per task,
     the verdicts that spare re-evaluating a program, the exemplars of RL prompts. A fresh history.sqlite
     beside it would silently start that run over.
     """
-    if store:
-        return Path(store)
-    out = Path(output_dir)
-    current, legacy = out / STORE_NAME, out / LEGACY_STORE_NAME
+    # A configured path named history.sqlite gets the same fallback: the shipped example configs
+    # named history.db before, and a pipeline started with them must keep its store.
+    current = Path(store) if store else Path(output_dir) / STORE_NAME
+    if current.name != STORE_NAME:
+        return current
+    legacy = current.with_name(LEGACY_STORE_NAME)
     return legacy if legacy.exists() and not current.exists() else current
