@@ -9,13 +9,14 @@
 #   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing)
 #   identical   identical code over the built-in suite (raw within 2% / scored 1.00)
 #   throughput  a mixed batch through the local pool
+#   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
 set -u
 out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
 shift
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-tests gpu-corpus identical throughput main-job)
+[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-tests gpu-corpus sizes identical throughput main-job)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 py="${PYTHON:-python3}"
@@ -55,6 +56,7 @@ for s in "${steps[@]}"; do
         --out "$out/identical-gpu.json" ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
         --out "$out/throughput.json" ;;
+    sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;
     main-job) step main-job "${MAIN_JOB_S:-540}" bash -c \
         "time $py -m cuda_l1 optimize builtin --out /tmp/runs-builtin ${MAIN_JOB_ARGS:-}; cp /tmp/runs-builtin/*.json /tmp/runs-builtin/*.md '$out/' 2>/dev/null; true" ;;
     *) echo "unknown step: $s" >&2; exit 2 ;;

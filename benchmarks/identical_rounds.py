@@ -21,6 +21,7 @@ from envinfo import environment  # noqa: E402
 from cuda_l1.evaluate.config import EvalConfig  # noqa: E402
 from cuda_l1.evaluate.evaluator import Evaluator  # noqa: E402
 from cuda_l1.tasks.loaders import load_tasks  # noqa: E402
+from cuda_l1.tasks.sizes import for_device  # noqa: E402
 
 
 def _ratio_by_order(samples: dict) -> dict:
@@ -37,6 +38,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sizes", choices=("cpu", "gpu"), default=None,
+                        help="built-in suite sizes (default: gpu on a CUDA device, cpu otherwise)")
     parser.add_argument("--tasks", required=True, help="task keys or key prefixes, comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-prewarm", action="store_true", help="start each candidate process only when needed")
@@ -45,7 +48,7 @@ def main() -> None:
                         help="a new reference side for every evaluation (both sides equally fresh)")
     args = parser.parse_args()
     wanted = [t for t in args.tasks.split(",") if t]
-    tasks = [t for t in load_tasks("builtin") if any(t.key.startswith(w) for w in wanted)]
+    tasks = [t for t in load_tasks(f"builtin:{args.sizes}" if args.sizes else for_device("builtin", args.device)) if any(t.key.startswith(w) for w in wanted)]
     rows = []
     for task in tasks:
         config = EvalConfig(device=args.device, prewarm=False if args.no_prewarm else None, cpu_core=args.cpu_core)

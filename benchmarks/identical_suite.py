@@ -24,19 +24,26 @@ from envinfo import environment  # noqa: E402
 from cuda_l1.evaluate.config import EvalConfig  # noqa: E402
 from cuda_l1.evaluate.evaluator import Evaluator  # noqa: E402
 from cuda_l1.tasks.loaders import load_tasks, parse_levels  # noqa: E402
+from cuda_l1.tasks.sizes import for_device  # noqa: E402
+
+
+def builtin_source(args) -> str:
+    return f"builtin:{args.sizes}" if args.sizes else for_device("builtin", args.device)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N")
+    parser.add_argument("--sizes", choices=("cpu", "gpu"), default=None,
+                        help="built-in suite sizes (default: gpu on a CUDA device, cpu otherwise)")
     parser.add_argument("--levels", default=None, help="only these levels, e.g. 1,2")
     parser.add_argument("--repeats", type=int, default=1, help="evaluations per task (each in a fresh child)")
     args = parser.parse_args()
 
     rows = []
     started = time.time()
-    for task in load_tasks("builtin", levels=parse_levels(args.levels)):
+    for task in load_tasks(builtin_source(args), levels=parse_levels(args.levels)):
         evaluator = Evaluator(task, EvalConfig(device=args.device))
         source = task.source.replace("class Model(", "class ModelNew(")
         try:

@@ -65,10 +65,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sizes", choices=("cpu", "gpu"), default=None,
+                        help="built-in suite sizes (default: gpu on a CUDA device, cpu otherwise)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     args = parser.parse_args()
-    tasks = load_builtin()[: args.limit]
+    tasks = load_builtin(args.sizes or ("gpu" if args.device.startswith("cuda") else "cpu"))[: args.limit]
     jobs = batch(tasks)
     config = EvalConfig(device=args.device)
     statuses: Counter = Counter()

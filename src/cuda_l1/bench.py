@@ -19,7 +19,7 @@ from cuda_l1.evaluate.jobs import EvalJob
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.progress import EvalProgress
-from cuda_l1.tasks import Task, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
+from cuda_l1.tasks import Task, for_device, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
 from cuda_l1.tasks.loaders import first_tasks
 
 STORE_NAME = "history.sqlite"
@@ -213,6 +213,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     `limit` keeps the first N tasks (after --levels)."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
+    source, tasks_source = for_device(source, device), tasks_source and for_device(tasks_source, device)
     notes: list[str] = []
     path = Path(source)
     if source.endswith(".jsonl"):

@@ -78,13 +78,14 @@ def bench_command(
     from cuda_l1.bench import check_references, load_summary, run_bench, select_tasks
     from cuda_l1.cli.calibrate_cmd import noise_check
     from cuda_l1.devices import parse_device
+    from cuda_l1.tasks import for_device
 
     chosen = _strategies(strategies)
     level_set = parse_levels(levels)
     target = parse_device(device, cluster)
     config = eval_config(target, tolerance, quick, timeout=timeout)
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
-        noise_tasks = select_tasks(tasks or source, level_set, limit)
+        noise_tasks = select_tasks(for_device(tasks or source, target), level_set, limit)
         check_references(noise_tasks, target)
         noise_check(noise_tasks, config, target, out, quiet=as_json)
     result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,

@@ -12,7 +12,7 @@ from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, err_console, print_json
 from cuda_l1.devices import Device, parse_device
 from cuda_l1.errors import UserError
-from cuda_l1.tasks import parse_levels
+from cuda_l1.tasks import for_device, parse_levels
 
 
 def noise_check(tasks: list, config, device: Device, out: Path | None, *, quiet: bool, count: int = 3,
@@ -66,7 +66,7 @@ def calibrate_command(
 
     target = parse_device(device)
     config = eval_config(target, "oracle", not full, timeout=timeout)
-    tasks = pick_tasks(select_tasks(source, parse_levels(levels)), count)
+    tasks = pick_tasks(select_tasks(for_device(source, target), parse_levels(levels)), count)
     check_references(tasks, target)
     result = noise_check(tasks, config, target, out, quiet=as_json, count=count, quick=not full)
     if result is None:

@@ -104,6 +104,7 @@ def optimize_command(
     Without an endpoint only the offline strategies run."""
     from cuda_l1.bench import check_references, load_summary, select_tasks
     from cuda_l1.devices import parse_device
+    from cuda_l1.tasks import for_device
     from cuda_l1.cli.calibrate_cmd import noise_check
     from cuda_l1.search import SearchConfig, run_optimize
     from cuda_l1.search.run import pick_tasks
@@ -117,7 +118,7 @@ def optimize_command(
     config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,
                           strategies=_strategy_names(strategies), seed=seed)
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
-    tasks = pick_tasks(select_tasks(source, level_set), selectors)
+    tasks = pick_tasks(select_tasks(for_device(source, target), level_set), selectors)
     check_references(tasks, target)
     if calibrate:
         noise_check(tasks, evaluation, target, out, quiet=as_json)

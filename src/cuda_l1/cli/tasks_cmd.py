@@ -11,6 +11,7 @@ from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
 from cuda_l1.tasks import find_task, load_tasks, parse_levels, select_tasks
 from cuda_l1.tasks.runtime import describe_task
+from cuda_l1.tasks.sizes import GPU, GPU_TARGET_MS, gpu_sizes
 
 tasks_app = typer.Typer(help="List and inspect tasks.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
@@ -20,7 +21,23 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-SOURCE_HELP = "'builtin', a KernelBench-layout directory, a task .py file, or a .jsonl solution set."
+SOURCE_HELP = ("'builtin' (builtin:cpu / builtin:gpu for its CPU or GPU sizes), a KernelBench-layout directory, "
+               "a task .py file, or a .jsonl solution set.")
+
+
+def builtin_sizes(task) -> dict | None:
+    """For a built-in task: which sizes this copy has, and the GPU sizes (None for other tasks)."""
+    if not (task.origin or "").startswith("builtin:"):
+        return None
+    return {"applied": GPU if task.origin.endswith(f"({GPU} sizes)") else "cpu", "gpu": gpu_sizes(task.source)}
+
+
+def sizes_line(sizes: dict) -> str:
+    gpu = ", ".join(f"{k}={v}" for k, v in sizes["gpu"].items())
+    if sizes["applied"] == GPU:
+        return (f"sizes: gpu ({gpu}; aimed at >= {GPU_TARGET_MS} ms per reference call on an H100-class GPU); "
+                "builtin:cpu has the small ones")
+    return f"sizes: cpu (as written); on a GPU `builtin` runs builtin:gpu with {gpu}"
 
 
 @tasks_app.command("list")
@@ -50,14 +67,17 @@ def show_task(
 ) -> None:
     """Show one task: its inputs (built by get_inputs, forward is not run) and its source."""
     task = find_task(load_tasks(source), task_id)
-    info = describe_task(task)
+    sizes = builtin_sizes(task)
+    info = describe_task(task, on_meta=bool(sizes) and sizes["applied"] == GPU)
     if as_json:
-        print_json({**info, "source": task.source})
+        print_json({**info, **({"sizes": sizes} if sizes else {}), "source": task.source})
         return
     console.print(f"[bold]{escape(task.key)}[/]  id {task.id}  level {task.level}")
     if task.description:
         console.print(task.description, markup=False)
     console.print(f"origin: {task.origin}", markup=False)
+    if sizes:
+        console.print(sizes_line(sizes), markup=False)
     console.print(f"init inputs: {info['init_inputs']}", markup=False)
     console.print(f"inputs: {info['inputs']}", markup=False)
     console.print(f"parameters: {info['parameters']:,}")

@@ -141,6 +141,16 @@ class SideGroup:
         except (OSError, ValueError):
             return None
 
+    def owned_bytes(self) -> int | None:
+        """Memory the group owns: its charge less the page cache the kernel may reclaim (side_memory)."""
+        current = self.memory_bytes()
+        if current is None:
+            return None
+        try:
+            return owned_from_stat(current, self._read("memory.stat"))
+        except OSError:
+            return current
+
     def limit_memory(self, nbytes: int) -> bool:
         """Let the kernel enforce the limit (the group's processes are killed beyond it)."""
         try:
@@ -178,3 +188,17 @@ class SideGroup:
                 return
             except OSError:
                 time.sleep(0.01)
+
+
+def owned_from_stat(current: int, stat_text: str) -> int:
+    """A cgroup's owned memory from memory.current and memory.stat: the charge less its reclaimable
+    page cache (memory.stat's `file` counts tmpfs and shared memory too, as `shmem`; those are owned)."""
+    values = {}
+    for line in stat_text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            values[parts[0]] = int(parts[1])
+    if "file" not in values:
+        return current
+    cache = values["file"] - values.get("shmem", 0)
+    return max(0, current - cache - values.get("slab_reclaimable", 0))

@@ -18,7 +18,12 @@ class SandboxConfig:
     seccomp: bool = setting(True, "refuse scheduling, affinity, ptrace and namespace system calls")
     drop_identity: bool = setting(True, "an unprivileged uid where possible, else uid 0 without capabilities")
     cgroup: bool = setting(True, "a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made")
-    memory_bytes: int = setting(16 * 2**30, "resident memory of the side's process tree plus its /dev/shm")
+    memory_bytes: int = setting(16 * 2**30, "host memory a candidate's side may always hold (resident, tmpfs, memfd; "
+                                "not page cache); more on tasks whose reference holds more")
+    memory_factor: float = setting(2.0, "a candidate may hold this many times the reference's peak host memory...")
+    memory_headroom_bytes: int = setting(4 * 2**30, "... plus this much (compilers, a copy of the weights)")
+    reference_memory_bytes: int | None = setting(None, "host memory the reference's own side may hold (None: half "
+                                                 "of this host's memory, at least memory_bytes)")
     shm_bytes: int = setting(64 * 2**20, "size of the side's private /dev/shm")
     scratch_bytes: int = setting(4 * 2**30, "size of the side's scratch directory (a tmpfs"
                                  " where mount namespaces work)")
@@ -114,6 +119,8 @@ def check_settings(config: EvalConfig) -> None:
         (t.target_width > 0, "timing target_width must be positive"),
         (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
         (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
+        (box.memory_factor >= 1 and box.memory_headroom_bytes >= 0,
+         "sandbox memory_factor must be at least 1 and memory_headroom_bytes not negative"),
         (min(box.memory_bytes, box.shm_bytes, box.scratch_bytes, box.max_processes, box.cpu_seconds,
              box.file_bytes, box.open_files) > 0, "every sandbox limit must be positive"),
     ]

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from cuda_l1.errors import TaskError, UserError
-from cuda_l1.evaluate import static_scan
+from cuda_l1.evaluate import side_memory, static_scan
 from cuda_l1.evaluate.build.requests import default_builder
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
@@ -107,14 +107,23 @@ class TaskEnv:
         self.read_paths: list[str] = []  # built extensions are handed to a side in its scratch directory
         self.quiet = Quiet(self.device, flush=config.timing.flush_cache, core=self.core)
         self.oracle_unavailable = ""
+        self.reference_peak = 0  # host memory the reference's side was seen holding (side_memory.py)
         self.ref: Side | None = None
         self.start_reference()
 
-    def start_side(self) -> SideProcess:
-        return SideProcess.start(self.config.sandbox, self.device, self.read_paths, self.core)
+    def start_side(self, memory_limit: int | None = None) -> SideProcess:
+        """A fresh side; a candidate's may hold what the reference's measured peak allows."""
+        limit = memory_limit or side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
+        return SideProcess.start(self.config.sandbox, self.device, self.read_paths, self.core, memory_limit=limit)
+
+    def note_reference_memory(self) -> int:
+        """Read what the reference's side holds now; returns the candidate limit it implies."""
+        if self.ref is not None:
+            self.reference_peak = max(self.reference_peak, self.ref.proc.memory_bytes())
+        return side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
 
     def start_reference(self) -> None:
-        proc = self.start_side()
+        proc = self.start_side(side_memory.reference_limit(self.config.sandbox))
         origin = self.task.origin or self.task.name
         try:
             setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads)
@@ -127,6 +136,7 @@ class TaskEnv:
                 raise RuntimeError("the reference's side could not map its inputs: " + mapped.message)
             self.ref = Side("reference", proc, buffer, RemoteMemory(self.device, proc.harness_pid, self.max_output_bytes))
             self.ref.input_ranges = mapped_inputs(self.ref)
+            self.note_reference_memory()
             proc.freeze()
         except ChildFailure as failure:
             log = proc.close(graceful=False)
@@ -276,6 +286,8 @@ class Evaluator:
         verdict.checks = [dataclasses.replace(c, detail=clean_text(c.detail)) for c in checks]
         verdict.reasons, verdict.log = [clean_text(r) for r in referee.reasons], clean_text(log)
         verdict.sandbox = dict(cand.notes)
+        verdict.sandbox["memory"] = {"limit_bytes": cand.memory_limit, "peak_bytes": cand.peak_memory,
+                                     "reference_peak_bytes": env.reference_peak}
         if referee.builds:
             verdict.timing["builds"] = referee.builds
         if referee.status is not None:

@@ -71,6 +71,7 @@ class Referee:
     # -- phases ----------------------------------------------------------------------------------------
     def load(self) -> bool:
         env, cfg = self.env, self.config
+        self.cand_proc.allow_memory(env.note_reference_memory())
         setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads)
         loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()), env.build)
         if loaded.signals:
@@ -278,6 +279,8 @@ class Referee:
                         raise ReferenceFailure(f"the reference's inputs could not be read back: {exc}") from None
                     if ref_changed:
                         raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
+                    if not warm:  # the reference's peak sets what the candidate may hold (side_memory.py)
+                        self.cand_proc.allow_memory(env.note_reference_memory())
                     continue
                 with self.phase("windows"):
                     self._window(side, slots, timeout, signals, inputs=pristine)

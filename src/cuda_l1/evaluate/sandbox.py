@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cuda_l1.evaluate import protocol, sigstop, validate
+from cuda_l1.evaluate import protocol, side_memory, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
 from cuda_l1.evaluate.config import SandboxConfig
@@ -69,27 +69,33 @@ class SideProcess:
     group: SideGroup | None = None  # its cgroup (cgroup.py)
     _in_group: bool = False
     _harness: int | None = None  # host pid of the harness, once found
+    memory_limit: int = 0  # host memory it may hold (side_memory.py); raised, never lowered, by allow_memory
+    peak_memory: int = 0  # the most it was seen holding
 
     @classmethod
-    def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None) -> "SideProcess":
+    def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None,
+              memory_limit: int | None = None) -> "SideProcess":
+        """Start a side; it may hold `memory_limit` bytes of host memory (default: config.memory_bytes)."""
         self = cls(config, device)
+        self.memory_limit = memory_limit or config.memory_bytes
         self.scratch = tempfile.mkdtemp(prefix="cuda-l1-", dir=config.scratch_root)
         os.chmod(self.scratch, 0o700)
         uid = identity_uid(read_paths) if config.drop_identity else None
         if uid is not None:
             os.chown(self.scratch, uid, uid)
+        group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
         plan = ConfinePlan(scratch=self.scratch, landlock=config.landlock, seccomp=config.seccomp,
                            drop_identity=config.drop_identity, uid=uid, cpu_core=cpu_core, shm_bytes=config.shm_bytes,
                            scratch_bytes=config.scratch_bytes,
                            read_paths=list(read_paths),
                            limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
                                    "open_files": config.open_files,
-                                   "address_space_bytes": config.memory_bytes if device == "cpu" else None})
+                                   # a reservation limit only where nothing counts what is held
+                                   "address_space_bytes": self.memory_limit if device == "cpu" and not group else None})
         plan.namespaces, plan.deny_unix_sockets = usable_plan(config.namespaces, device, plan)
-        group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:
-            group.limit_memory(config.memory_bytes + config.shm_bytes)
+            group.limit_memory(self.memory_limit + config.shm_bytes)
         self.group = group
         fd, self.log_path = tempfile.mkstemp(prefix="cuda-l1-log-", suffix=".txt")
         p2c_r, p2c_w = os.pipe()
@@ -145,49 +151,23 @@ class SideProcess:
         return sigstop.cpu_ticks(pids if pids is not None else self.tree())
 
     def memory_bytes(self) -> int:
-        """Memory the side holds: what its cgroup is charged where that is accounted, otherwise the
-        resident memory of every process of the tree plus what its private /dev/shm holds."""
+        """Host memory the side holds (side_memory: owned, not page cache); its peak is kept."""
+        used = None
         if self._grouped():
-            charged = self.group.memory_bytes()
-            if charged is not None:
-                return charged
-        total = 0
-        for pid in self.tree():
-            for line in sigstop.read(f"/proc/{pid}/status").splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        hpid = self.harness_pid()
-        mounts = self.notes.get("mounts", "")
-        for private, path in (("/dev/shm private", "/dev/shm"), ("scratch tmpfs", self.scratch)):
-            if hpid and private in mounts:
-                try:
-                    st = os.statvfs(f"/proc/{hpid}/root{path}")
-                    total += (st.f_blocks - st.f_bfree) * st.f_frsize
-                except OSError:
-                    pass
-        return total + self._memfd_bytes()
+            used = self.group.owned_bytes()
+        if used is None:
+            own = os.fstat(self.inputs_fd).st_ino if self.inputs_fd >= 0 else None
+            used = side_memory.tree_bytes(self.tree(), self.harness_pid(), self.notes.get("mounts", ""), self.scratch,
+                                          own)
+        self.peak_memory = max(self.peak_memory, used)
+        return used
 
-    def _memfd_bytes(self) -> int:
-        """Bytes of memfds the tree holds open: pages written to one are memory nobody maps (the
-        parent's own input buffer, which the side holds read-only, is not the side's)."""
-        seen, total = set(), 0
-        own = os.fstat(self.inputs_fd).st_ino if self.inputs_fd >= 0 else None
-        for pid in self.tree():
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
-                        continue
-                    st = os.stat(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if st.st_ino != own and (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
-        return total
+    def allow_memory(self, nbytes: int) -> None:
+        """Raise the side's memory limit (never lower it): the task's reference turned out larger."""
+        if nbytes > self.memory_limit:
+            self.memory_limit = nbytes
+            if self.group is not None:
+                self.group.limit_memory(nbytes + self.config.shm_bytes)
 
     def watch(self) -> None:
         pids = self.tree()
@@ -195,9 +175,10 @@ class SideProcess:
             self.kill(f"started more than {self.config.max_processes} processes")
             raise ChildFailure("runtime_error", f"the side started more than {self.config.max_processes} processes")
         used = self.memory_bytes()
-        if used > self.config.memory_bytes:
+        if used > self.memory_limit:
             self.kill(f"used {used / 2**30:.1f} GiB of memory")
-            raise ChildFailure("runtime_error", f"the side used more than {self.config.memory_bytes / 2**30:.1f} GiB of host memory")
+            raise ChildFailure("runtime_error", f"the side used more than {self.memory_limit / 2**30:.1f} GiB of host "
+                               "memory (its limit on this task)")
 
     def freeze(self, timeout: float = 2.0) -> None:
         """Stop every process of the tree and wait until each of its threads is stopped."""
@@ -309,7 +290,7 @@ class SideProcess:
     def _death_message(self) -> str:
         info = self.exit_info(wait=2.0)
         if self.group is not None and self.group.oom_killed():
-            return f"the side used more than {self.config.memory_bytes / 2**30:.1f} GiB of memory (killed at the limit)"
+            return f"the side used more than {self.memory_limit / 2**30:.1f} GiB of memory (killed at the limit)"
         if info.signal:
             name = signal.Signals(info.signal).name if info.signal in signal.Signals._value2member_map_ else str(info.signal)
             return f"the side's process died with signal {name}"

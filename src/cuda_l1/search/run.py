@@ -33,7 +33,7 @@ from cuda_l1.search.loop import Search, TaskState
 from cuda_l1.search.secrets import hidden_credentials
 from cuda_l1.store.export import export_solutions_jsonl
 from cuda_l1.store.records import origin_label
-from cuda_l1.tasks import Task, find_task, load_tasks
+from cuda_l1.tasks import Task, find_task, for_device, load_tasks
 
 NO_ENDPOINT_HINT = (
     "No LLM endpoint configured: only the offline strategies ran. To let a model optimize the tasks, add "
@@ -110,6 +110,7 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
     config = config or SearchConfig()
     device = as_device(device, cluster)
     eval_config = dataclasses.replace(eval_config or EvalConfig(), device=str(device))
+    source = for_device(source, device)
     selected = load_tasks(source, levels=levels)
     if not selected:
         raise UserError("no tasks to optimize (check --levels).", path=source)

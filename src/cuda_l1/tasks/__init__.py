@@ -13,6 +13,7 @@ from cuda_l1.tasks.loaders import (
     parse_levels,
     select_tasks,
 )
+from cuda_l1.tasks.sizes import for_device
 from cuda_l1.tasks.task import Task, make_task, source_id
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "SolutionRecord",
     "Task",
     "find_task",
+    "for_device",
     "load_builtin",
     "load_directory",
     "load_solutions_jsonl",

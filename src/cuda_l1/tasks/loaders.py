@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from cuda_l1.errors import TaskError, UserError
+from cuda_l1.tasks.sizes import CPU, SIZES, sized
 from cuda_l1.tasks.task import Task, make_task, number_from_name
 
 _LEVEL_DIR = re.compile(r"^level_?(\d+)$", re.IGNORECASE)
@@ -82,14 +83,16 @@ def builtin_root() -> Path:
     return Path(str(resources.files("cuda_l1.tasks") / "builtin"))
 
 
-def load_builtin() -> list[Task]:
+def load_builtin(sizes: str = CPU) -> list[Task]:
+    """The built-in suite at `sizes` (tasks/sizes.py: cpu as written, gpu with each task's GPU_SIZES)."""
     tasks = load_directory(builtin_root())
+    suffix = "" if sizes == CPU else f" ({sizes} sizes)"
     return [
         Task(
             name=t.name,
             level=t.level,
-            source=t.source,
-            origin=f"builtin:level{t.level}/{t.name}.py",
+            source=sized(t.source, sizes),
+            origin=f"builtin:level{t.level}/{t.name}.py{suffix}",
             description=t.description,
             number=t.number,
         )
@@ -179,8 +182,12 @@ def _dedupe(tasks: Iterable[Task]) -> list[Task]:
 
 def load_tasks(source: str, levels: set[int] | None = None, ids: Iterable[str] | None = None) -> list[Task]:
     """Load tasks from `builtin`, a directory, a `.py` file or a `.jsonl` solution set, then filter."""
-    if source == BUILTIN:
-        tasks = load_builtin()
+    if source == BUILTIN or source.startswith(BUILTIN + ":"):
+        sizes = source.partition(":")[2] or CPU
+        if sizes not in SIZES:
+            raise TaskError(f"the built-in suite comes in sizes {', '.join(SIZES)} (builtin:cpu, builtin:gpu).",
+                            path=source)
+        tasks = load_builtin(sizes)
     else:
         path = Path(source)
         if path.is_dir():

@@ -177,19 +177,23 @@ def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
         raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
-def describe_task(task: Task) -> dict:
-    """Run the task's module-level code and input builders (not forward) and describe its arguments."""
+def describe_task(task: Task, on_meta: bool = False) -> dict:
+    """Run the task's module-level code and input builders (not forward) and describe its arguments.
+    `on_meta`: build them on torch's meta device (shapes only, no memory: GPU-sized tasks on a laptop)."""
+    import contextlib
+
     import torch
 
     origin = task.origin or task.name
     module = load_task_module(task)
     torch.manual_seed(0)
-    init_args = check_init_args(_call(module, "get_init_inputs", origin), origin)
-    args = check_forward_args(_call(module, "get_inputs", origin), origin)
-    try:
-        model = module.Model(*init_args)
-    except Exception as exc:
-        raise TaskError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}", path=origin) from None
+    with torch.device("meta") if on_meta else contextlib.nullcontext():
+        init_args = check_init_args(_call(module, "get_init_inputs", origin), origin)
+        args = check_forward_args(_call(module, "get_inputs", origin), origin)
+        try:
+            model = module.Model(*init_args)
+        except Exception as exc:
+            raise TaskError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}", path=origin) from None
 
     def describe(value):
         if isinstance(value, torch.Tensor):

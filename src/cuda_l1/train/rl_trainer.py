@@ -121,7 +121,7 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
     console = console or Console(stderr=True)
     out = Path(config.output_dir)
     path = check_model_path(config.model)
-    tasks = select_tasks(config.tasks)
+    tasks = select_tasks(config.tasks, config.eval)
     by_id = {t.id: t for t in tasks}
     tokenizer = load_tokenizer(path, "left", config.model.trust_remote_code)
     # The trainer's arguments set up the process group (backend, timeout, DeepSpeed); the collective

@@ -89,7 +89,7 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
     model_path = state.get("model") or check_model_path(config.model)
     done_rounds = int(state.get("completed_rounds", 0))
     device_label = state.get("device_label")  # verdict device name: lets later rounds reuse verdicts
-    tasks = select_tasks(config.tasks)
+    tasks = select_tasks(config.tasks, config.eval)
     extra = read_extra_completions(config.generation.extra_completions_file, tasks) \
         if config.generation.extra_completions_file else []
     steer = (config.steer, read_answers(config.steer, tasks)) if config.steer.enabled else None

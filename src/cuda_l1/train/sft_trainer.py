@@ -124,7 +124,7 @@ def run_sft(config: SFTStageConfig, console: Console | None = None) -> dict:
     summary: dict = {"output_dir": str(out)}
     if config.phases in ("all", "data"):
         require_single_process(DATA_PHASE)
-        tasks = select_tasks(config.tasks)
+        tasks = select_tasks(config.tasks, config.eval)
         with Store(store_path(config.store, out)) as store:
             register_tasks(store, tasks)
             pool, eval_cfg = open_pool(config.eval)

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from cuda_l1.devices import parse_devices
 from cuda_l1.errors import UserError
-from cuda_l1.tasks import Task, load_tasks
-from cuda_l1.train.config import TaskSection
+from cuda_l1.tasks import Task, for_device, load_tasks
+from cuda_l1.train.config import EvalSection, TaskSection
 
 
-def select_tasks(section: TaskSection) -> list[Task]:
-    """The tasks a stage trains on (UserError when the selection is empty)."""
-    tasks = load_tasks(section.source, levels=set(section.levels) or None, ids=section.ids or None)
+def select_tasks(section: TaskSection, evaluation: EvalSection | None = None) -> list[Task]:
+    """The tasks a stage trains on (UserError when the selection is empty). `builtin` comes at the
+    sizes of the device that judges them (`evaluation`; cpu sizes without one)."""
+    source = section.source
+    if evaluation is not None:
+        source = for_device(source, parse_devices(evaluation.device, evaluation.cluster, "[eval] device")[0])
+    tasks = load_tasks(source, levels=set(section.levels) or None, ids=section.ids or None)
     if section.limit > 0:
         tasks = tasks[: section.limit]
     if not tasks:

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 BATCH = 1024  # rows of x
 IN_FEATURES = 1024  # columns of x
 OUT_FEATURES = 2048  # columns of y
+# On a GPU (builtin:gpu): sizes where the reference takes at least ~0.5 ms on an H100-class GPU.
+GPU_SIZES = {"BATCH": 8192, "IN_FEATURES": 4096, "OUT_FEATURES": 8192}
 
 
 class Model(nn.Module):

@@ -9,6 +9,8 @@ OUT_CHANNELS = 64  # output feature maps
 HEIGHT = 64  # input height
 WIDTH = 64  # input width
 KERNEL = 3  # square kernel size
+# On a GPU (builtin:gpu): sizes where the reference takes at least ~0.5 ms on an H100-class GPU.
+GPU_SIZES = {"BATCH": 64, "IN_CHANNELS": 64, "OUT_CHANNELS": 128, "HEIGHT": 128, "WIDTH": 128}
 
 
 class Model(nn.Module):

@@ -6,6 +6,8 @@ import torch.nn as nn
 ROWS = 4096  # tokens
 FEATURES = 1024  # normalised dimension
 EPS = 1e-6  # epsilon added to the mean square
+# On a GPU (builtin:gpu): sizes where the reference takes at least ~0.5 ms on an H100-class GPU.
+GPU_SIZES = {"ROWS": 65536, "FEATURES": 4096}
 
 
 class Model(nn.Module):

@@ -6,6 +6,8 @@ import torch.nn.functional as F
 
 ROWS = 4096  # tokens
 COLS = 1024  # hidden features
+# On a GPU (builtin:gpu): sizes where the reference takes at least ~0.5 ms on an H100-class GPU.
+GPU_SIZES = {"ROWS": 32768, "COLS": 4096}
 
 
 class Model(nn.Module):

@@ -9,6 +9,8 @@ IN_FEATURES = 1024  # columns of x
 OUT_FEATURES = 1024  # columns of the output
 SCALE = 2.5  # multiplier after SiLU
 CLAMP = 1.0  # symmetric clamp bound before tanh
+# On a GPU (builtin:gpu): sizes where the reference takes at least ~0.5 ms on an H100-class GPU.
+GPU_SIZES = {"BATCH": 4096, "IN_FEATURES": 2048, "OUT_FEATURES": 2048}
 
 
 class Model(nn.Module):

@@ -11,6 +11,8 @@ WIDTH = 64  # input width
 KERNEL = 3  # conv kernel size (no padding)
 SCALE = 2.0  # multiplier after tanh
 POOL = 2  # max-pool window and stride
+# On a GPU (builtin:gpu): sizes where the reference takes at least ~0.5 ms on an H100-class GPU.
+GPU_SIZES = {"BATCH": 128, "IN_CHANNELS": 32, "OUT_CHANNELS": 64, "HEIGHT": 128, "WIDTH": 128}
 
 
 class Model(nn.Module):

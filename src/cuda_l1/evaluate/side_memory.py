@@ -1,0 +1,76 @@
+"""What host memory a side holds, and how much a candidate may hold on a given task.
+
+Held memory is what the side owns (cgroup.owned_from_stat where a cgroup accounts it): resident pages, its private /dev/shm and scratch tmpfs, memfds it
+keeps open, kernel memory it pins. Page cache is not: reading torch's libraries or a compiler's
+headers fills it, the kernel gives it back under pressure, and counting it refused torch.compile on
+tasks whose reference was fine. Virtual reservations are not either (CUDA reserves terabytes).
+
+The limit comes from the task: the reference's own side is measured after it loads and during its
+first windows, and a candidate may hold `memory_factor` times that plus `memory_headroom_bytes`
+(compilers, a second copy of the weights), never less than `memory_bytes`. A task with 8 GiB inputs
+gets a limit that fits them; a small task keeps the floor, so a runaway candidate still ends early.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cuda_l1.evaluate import sigstop
+from cuda_l1.evaluate.config import SandboxConfig
+
+
+
+def tree_bytes(pids: list[int], harness_pid: int | None, mounts: str, scratch: str, own_inputs_inode: int | None) -> int:
+    """Without a cgroup: resident memory of every process, what the private tmpfs mounts hold, and the
+    memfds the tree keeps open (the parent's input buffer, which the side only reads, excepted)."""
+    total = 0
+    for pid in pids:
+        for line in sigstop.read(f"/proc/{pid}/status").splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    for private, path in (("/dev/shm private", "/dev/shm"), ("scratch tmpfs", scratch)):
+        if harness_pid and private in mounts:
+            try:
+                st = os.statvfs(f"/proc/{harness_pid}/root{path}")
+                total += (st.f_blocks - st.f_bfree) * st.f_frsize
+            except OSError:
+                pass
+    return total + memfd_bytes(pids, own_inputs_inode)
+
+
+def memfd_bytes(pids: list[int], own_inputs_inode: int | None) -> int:
+    """Bytes of memfds the tree holds open: pages written to one are memory nobody maps."""
+    seen, total = set(), 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    continue
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if st.st_ino != own_inputs_inode and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def candidate_limit(config: SandboxConfig, reference_peak: int) -> int:
+    """Host memory a candidate's side may hold on a task whose reference's side held `reference_peak`."""
+    return max(config.memory_bytes, int(config.memory_factor * reference_peak) + config.memory_headroom_bytes)
+
+
+def reference_limit(config: SandboxConfig) -> int:
+    """Host memory the reference's own side may hold: the task's code is trusted, but a broken task
+    must still not take the host down."""
+    if config.reference_memory_bytes:
+        return max(config.reference_memory_bytes, config.memory_bytes)
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        physical = 0
+    return max(config.memory_bytes, physical // 2)

@@ -1,0 +1,76 @@
+"""The built-in suite's GPU sizes: every task has them, they are larger, they are consistent (the model
+builds and forward runs on torch's meta device), and they are a different task from the CPU copy."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from cuda_l1.devices import Device
+from cuda_l1.errors import TaskError
+from cuda_l1.tasks import for_device, load_builtin, load_tasks
+from cuda_l1.tasks.sizes import gpu_sizes, resize
+
+CPU_TASKS = {t.key: t for t in load_builtin("cpu")}
+GPU_TASKS = {t.key: t for t in load_builtin("gpu")}
+
+
+def _shapes_on_meta(source: str) -> tuple[int, int, int]:
+    """Input, output and parameter elements, with forward run on the meta device (no memory)."""
+    module = types.ModuleType("sized_task")
+    exec(compile(source, "<task>", "exec"), module.__dict__)
+    with torch.device("meta"):
+        inputs = module.get_inputs()
+        model = module.Model(*module.get_init_inputs())
+        out = model(*inputs)
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    count = lambda xs: sum(x.numel() for x in xs if isinstance(x, torch.Tensor))  # noqa: E731
+    return count(inputs), count(outs), sum(p.numel() for p in model.parameters())
+
+
+def test_the_cpu_suite_is_what_builtin_loads():
+    assert [t.id for t in load_tasks("builtin")] == [t.id for t in load_tasks("builtin:cpu")]
+    assert set(CPU_TASKS) == set(GPU_TASKS) and len(GPU_TASKS) == 36
+    with pytest.raises(TaskError, match="sizes cpu, gpu"):
+        load_tasks("builtin:huge")
+
+
+@pytest.mark.parametrize("key", sorted(GPU_TASKS))
+def test_gpu_sizes_are_larger_and_consistent(key):
+    cpu, gpu = CPU_TASKS[key], GPU_TASKS[key]
+    assert gpu_sizes(cpu.source), f"{key} states no GPU_SIZES"
+    assert gpu.id != cpu.id and gpu.origin.endswith("(gpu sizes)")
+    small, large = _shapes_on_meta(cpu.source), _shapes_on_meta(gpu.source)
+    assert all(b >= a for a, b in zip(small, large)), (small, large)
+    assert large[0] + large[1] >= 8 * (small[0] + small[1]), f"{key}: GPU sizes barely larger {small} -> {large}"
+
+
+def test_resize_rewrites_only_the_named_constants_and_refuses_unknown_ones():
+    source = "N = 3  # rows\nM = (1, 2)\nK = N * 2\n"
+    assert resize(source, {"N": 8, "M": (4, 5)}) == "N = 8  # rows\nM = (4, 5)\nK = N * 2\n"
+    with pytest.raises(ValueError, match="Q"):
+        resize(source, {"Q": 1})
+
+
+def test_builtin_follows_the_device_and_other_sources_stay():
+    assert for_device("builtin", Device("cuda")) == "builtin:gpu"
+    assert for_device("builtin", Device("cuda", remote=True)) == "builtin:gpu"
+    assert for_device("builtin", Device("cpu")) == "builtin:cpu"
+    assert for_device("builtin", "cuda:1") == "builtin:gpu"
+    assert for_device("builtin:cpu", Device("cuda")) == "builtin:cpu"  # asked for explicitly
+    assert for_device("some/dir", Device("cuda")) == "some/dir"
+
+
+def test_tasks_show_says_which_sizes_apply(capsys):
+    from cuda_l1.cli import run
+
+    assert run(["tasks", "show", "builtin:gpu", "L1/01"]) == 0
+    out = capsys.readouterr().out
+    assert "sizes: gpu" in out and "N=4096" in out and "[4096, 4096]" in out
+    assert run(["tasks", "show", "builtin", "L1/01", "--json"]) == 0
+    import json
+
+    info = json.loads(capsys.readouterr().out)
+    assert info["sizes"] == {"applied": "cpu", "gpu": {"N": 4096}} and info["inputs"][0]["shape"] == [1280, 1280]

@@ -1,0 +1,86 @@
+"""A candidate's memory limit follows the task: what the reference's side holds, times a factor, plus
+headroom, never below the floor; page cache is not counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda_l1.evaluate.cgroup import owned_from_stat
+from cuda_l1.evaluate.config import EvalConfig, SandboxConfig, TimingConfig
+from cuda_l1.evaluate.evaluator import Evaluator
+from cuda_l1.evaluate.side_memory import candidate_limit, reference_limit
+from cuda_l1.tasks import Task
+
+MiB = 2**20
+
+# The reference holds a 512 MiB table: well above the 768 MiB floor once torch is in.
+REFERENCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.ones(1 << 27))
+
+    def forward(self, x):
+        return x * 2.0 + self.table[: x.numel()].view_as(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SAME_SIZE = REFERENCE.replace("class Model(", "class ModelNew(")
+
+HOG = SAME_SIZE.replace("    def forward(self, x):\n", "    def forward(self, x):\n"
+                        "        self.hoard = [torch.ones(1 << 28) for _ in range(3)]  # 3 GiB more\n")
+
+
+def test_owned_memory_leaves_out_reclaimable_page_cache():
+    stat = "anon 300\nfile 1000\nshmem 200\nslab_reclaimable 50\nslab_unreclaimable 7\n"
+    assert owned_from_stat(1600, stat) == 1600 - (1000 - 200) - 50
+    assert owned_from_stat(1600, "") == 1600  # no breakdown: the whole charge
+    assert owned_from_stat(100, "file 1000\n") == 0
+
+
+def test_limit_grows_with_the_reference_and_never_below_the_floor():
+    box = SandboxConfig(memory_bytes=1024 * MiB, memory_factor=2.0, memory_headroom_bytes=256 * MiB)
+    assert candidate_limit(box, 100 * MiB) == 1024 * MiB
+    assert candidate_limit(box, 8192 * MiB) == 2 * 8192 * MiB + 256 * MiB
+    assert reference_limit(box) >= box.memory_bytes
+    assert reference_limit(SandboxConfig(reference_memory_bytes=64 * MiB)) == SandboxConfig().memory_bytes
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    timing = TimingConfig.quick()
+    timing.max_time_s = 1.0
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2, call_timeout_s=30.0,
+                        sandbox=SandboxConfig(memory_bytes=768 * MiB, memory_factor=2.0,
+                                              memory_headroom_bytes=128 * MiB, max_processes=24))
+    ev = Evaluator(Task(name="1_BigTable", level=1, source=REFERENCE), config)
+    yield ev
+    ev.close()
+
+
+@pytest.mark.slow
+def test_a_candidate_as_large_as_the_reference_passes_above_the_floor(evaluator):
+    verdict = evaluator.evaluate(SAME_SIZE, remeasure=False)
+    assert verdict.status == "ok", verdict.reasons
+    memory = verdict.sandbox["memory"]
+    assert memory["reference_peak_bytes"] > 600 * MiB
+    assert memory["peak_bytes"] > 768 * MiB  # more than the floor: the old fixed limit refused it
+    assert memory["limit_bytes"] == 2 * memory["reference_peak_bytes"] + 128 * MiB
+
+
+@pytest.mark.slow
+def test_a_candidate_far_larger_than_the_reference_is_stopped(evaluator):
+    verdict = evaluator.evaluate(HOG, remeasure=False)
+    assert verdict.status == "runtime_error"
+    assert any("memory" in reason for reason in verdict.reasons), verdict.reasons
