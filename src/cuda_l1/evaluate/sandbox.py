@@ -84,14 +84,16 @@ class SideProcess:
         if uid is not None:
             os.chown(self.scratch, uid, uid)
         group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
+        counted = group is not None and group.memory_bytes() is not None
         plan = ConfinePlan(scratch=self.scratch, landlock=config.landlock, seccomp=config.seccomp,
                            drop_identity=config.drop_identity, uid=uid, cpu_core=cpu_core, shm_bytes=config.shm_bytes,
                            scratch_bytes=config.scratch_bytes,
                            read_paths=list(read_paths),
                            limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
                                    "open_files": config.open_files,
-                                   # a reservation limit only where nothing counts what is held
-                                   "address_space_bytes": self.memory_limit if device == "cpu" and not group else None})
+                                   # a reservation limit only where no cgroup counts what is held
+                                   "address_space_bytes": self.memory_limit if device == "cpu" and not counted
+                                   else None})
         plan.namespaces, plan.deny_unix_sockets = usable_plan(config.namespaces, device, plan)
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:
