@@ -4,6 +4,7 @@ confinement sequence of a side, stopping a process tree, and the pure timing and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -308,3 +309,35 @@ def test_descriptions_are_compared_before_any_value():
     assert verify.describe_mismatch(_call(_leaf(), _leaf(address=9000)), ref)[0].check == "output_structure"
     assert verify.describe_mismatch(_call(_leaf(address=1 << 20)), ref) == []
     assert verify.aliases(validate.leaf_ref(_leaf(address=5000)), "", [(4096, 8192)])
+
+
+def test_a_side_that_keeps_capabilities_is_refused_not_run(tmp_path):
+    """drop_identity fails closed: when the capabilities cannot be cleared, confinement raises (the
+    harness then exits 5 before loading any module) instead of running the candidate with them."""
+    import pickle
+
+    from cuda_l1.evaluate import confine
+
+    if confine.effective_capabilities() == 0:
+        pytest.skip("this process has no capabilities to keep")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child breaks the capability drop, then confines itself
+        os.close(read)
+        confine._clear_capability_sets = lambda: None
+        plan = confine.ConfinePlan(scratch=str(tmp_path), namespaces="", landlock=False, seccomp=False,
+                                   drop_identity=True, uid=None)
+        try:
+            confine.confine_process(plan)
+            outcome = "ran"
+        except confine.ConfinementError as exc:
+            outcome = f"refused: {exc}"
+        except BaseException as exc:  # noqa: BLE001
+            outcome = f"other: {type(exc).__name__}: {exc}"
+        os.write(write, pickle.dumps(outcome))
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        outcome = pickle.loads(handle.read())
+    os.waitpid(pid, 0)
+    assert outcome.startswith("refused: the side's identity could not be dropped"), outcome

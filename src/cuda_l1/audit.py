@@ -16,9 +16,9 @@ import html
 import json
 from pathlib import Path
 
-from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references, device_key,
+from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references,
                            evaluate_candidates, write_report)
-from cuda_l1.devices import Device, as_device
+from cuda_l1.devices import Device, as_device, device_key
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cuda_l1.devices import Device, as_device
+from cuda_l1.devices import Device, as_device, device_key
+from cuda_l1.engine import Engine
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import EvalJob
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.progress import EvalProgress
@@ -79,15 +80,6 @@ def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
     return out
 
 
-def device_key(device: Device) -> str:
-    """How verdicts are filed in the store: by the device's name, so runs on one GPU type resume."""
-    from cuda_l1.evaluate.device import device_name, normalize_device
-
-    if device.remote and device.is_cuda:
-        return "cuda (remote cluster)"  # the driver has no GPU to name; the workers' GPUs judge
-    return device_name(normalize_device(str(device)))
-
-
 class RunContext:
     """The store of a run directory and the run inside it (reused on resume)."""
 
@@ -108,28 +100,32 @@ class RunContext:
 def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, device: Device,
                         cluster: str = "local", workers: int | None = None, progress: bool = True,
                         on_result: Callable[[Candidate, Verdict], None] | None = None) -> dict:
-    """Evaluate every candidate not yet judged on this device under these settings; store each verdict
-    as it arrives (a kill loses nothing already judged). Returns counts."""
+    """Judge every candidate through the engine: one not yet judged on this device under these
+    settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
+    arrives (a kill loses nothing already judged). `on_result` sees each evaluated one. Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
-    todo: list[Candidate] = []
+    todo: list[tuple[Candidate, str]] = []
     for cand in candidates:
         store.add_task(cand.task)
         cid, _ = store.add_candidate(cand.task.id, cand.source, cand.origin, ctx.run_id)
         if store.verdict_for(cid, dkey, ckey, task_id=cand.task.id) is None:
-            todo.append(cand)
-    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0}
-    if not todo:
+            todo.append((cand, cid))
+    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0, "reused": 0}
+    if not todo:  # a finished run resumed: no pool is started
         return counts
-    jobs = [EvalJob(c.task, c.source, meta={"index": i}) for i, c in enumerate(todo)]
-    with make_pool(cluster, config.device, config, workers) as pool, EvalProgress(len(jobs), enabled=progress) as bar:
-        for result in pool.run(jobs):
-            cand = todo[result.job.meta["index"]]
-            store.record_verdict(result.verdict.candidate_id, result.verdict, ctx.run_id, dkey, ckey,
-                                 task_id=cand.task.id)
-            counts["evaluated"] += 1
-            if on_result:
-                on_result(cand, result.verdict)
-            bar.advance(verdict_line(cand.task.key, cand.label, result.verdict))
+    with make_pool(cluster, config.device, config, workers) as pool:
+        engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id, record_duplicates=True)
+        futures = {engine.submit(cand.task, cid, cand.source): cand for cand, cid in todo}
+        with EvalProgress(engine.evaluations, enabled=progress) as bar:
+            for future in as_completed(futures):
+                cand, judged = futures[future], future.result()
+                if judged.reused:
+                    counts["reused"] += 1
+                    continue
+                counts["evaluated"] += 1
+                if on_result:
+                    on_result(cand, judged.verdict)
+                bar.advance(verdict_line(cand.task.key, cand.label, judged.verdict))
     return counts
 
 

@@ -85,3 +85,12 @@ def parse_devices(text: str | None, cluster: str = "local", what: str = "--devic
 def as_device(value: Device | str | None, cluster: str = "local", what: str = "--device") -> Device:
     """A Device as is; a spelling (from the Python API) parsed. Entry points call this once."""
     return value if isinstance(value, Device) else parse_device(value, cluster, what)
+
+
+def device_key(device: Device) -> str:
+    """How verdicts are filed in the store: by the device's name, so runs on one GPU type resume."""
+    from cuda_l1.evaluate.device import device_name, normalize_device
+
+    if device.remote and device.is_cuda:
+        return "cuda (remote cluster)"  # the driver has no GPU to name; the workers' GPUs judge
+    return device_name(normalize_device(str(device)))

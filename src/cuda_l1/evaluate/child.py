@@ -18,7 +18,7 @@ import os
 import sys
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
-from cuda_l1.evaluate.confine import ConfinePlan, confine_process
+from cuda_l1.evaluate.confine import ConfinePlan, ConfinementError, confine_process
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, LeafVerdict, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verified, Verify, encode)
@@ -342,7 +342,11 @@ def main(argv: list[str] | None = None) -> None:
 
     plan = ConfinePlan(**json.loads(args.plan))
     keep = tuple(fd for fd in (args.read_fd, args.write_fd, args.inputs_fd) if fd >= 0)
-    notes = confine_process(plan, keep_fds=keep)
+    try:
+        notes = confine_process(plan, keep_fds=keep)
+    except ConfinementError as exc:  # before any module is loaded: the parent sees exit code 5 and this line
+        print(f"cuda-l1 sandbox: {exc}", file=sys.stderr, flush=True)
+        os._exit(5)
     try:
         prewarm(args.device)
     except BaseException as exc:  # noqa: BLE001 - reported once the channel is up

@@ -179,6 +179,10 @@ def effective_capabilities() -> int:
     return -1
 
 
+class ConfinementError(RuntimeError):
+    """A layer the plan asks for could not be applied, and running on without it is not safe."""
+
+
 def drop_identity(uid: int | None) -> str:
     """Take `uid` (when root and one is given) and end with no capabilities at all. The order
     matters: the bounding set needs CAP_SETPCAP, the uid change CAP_SETUID/CAP_SETGID, so the
@@ -319,6 +323,10 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
             notes["pid"] = _start_harness_under_init(plan, keep_fds, outer_pid)
     notes["rlimits"] = ", ".join(f"{k}={v}" for k, v in apply_rlimits(**plan.limits).items())
     notes["identity"] = drop_identity(plan.uid) if plan.drop_identity else "disabled by configuration"
+    if notes["identity"].startswith("not enforced"):
+        # Fail closed: candidate code never runs with capabilities it was meant not to have.
+        raise ConfinementError(f"the side's identity could not be dropped ({notes['identity']}); "
+                               "set sandbox.drop_identity = False only where the evaluator itself runs unprivileged")
     if plan.landlock:
         read = landlock.default_read_paths(list(plan.read_paths))
         ok, note = landlock.apply_landlock(read, landlock.default_write_paths(plan.scratch))

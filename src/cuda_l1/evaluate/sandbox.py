@@ -296,6 +296,8 @@ class SideProcess:
         if info.signal:
             name = signal.Signals(info.signal).name if info.signal in signal.Signals._value2member_map_ else str(info.signal)
             return f"the side's process died with signal {name}"
+        if info.returncode == 5:  # child.py: a confinement layer the plan asks for could not be applied
+            return "the sandbox could not be applied in the side: " + self.log_tail().strip()[-400:]
         if info.returncode is not None:
             return f"the side's process exited with code {info.returncode} before answering"
         return "the side's process closed its channel"

@@ -16,8 +16,8 @@ records the completion, so a task never gets more completions than its budget, e
 and a rerun (the rerun counts what the store holds). A failed request (the endpoint's error after
 its retries) records nothing and costs no budget; too many in a row stop the task, or the run.
 
-Duplicates: a program (normalised code) is evaluated once per task, device and settings: one that the
-store has judged is not sent again, and one being evaluated right now is waited for.
+Duplicates: a program (normalised code) is evaluated once per task, device and settings (the engine's
+rule, engine.py): one that the store has judged is not sent again, one under way is waited for.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuda_l1.contrastive import build_prompt, parse_completion, sample_exemplars
-from cuda_l1.evaluate.jobs import EvalJob, EvalPool
+from cuda_l1.engine import Engine
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
 from cuda_l1.search.config import SearchConfig
 from cuda_l1.search.display import Display
 from cuda_l1.search.ledger import EventLog
-from cuda_l1.store import CandidateRecord, Origin, Store, norm_hash
+from cuda_l1.store import CandidateRecord, Origin, Store
 from cuda_l1.store.records import origin_label
 from cuda_l1.tasks import Task
 
@@ -63,14 +63,14 @@ class TaskState:
 class Search:
     """One run of the loop over some tasks; `await run(pending)` returns when every budget is spent."""
 
-    def __init__(self, *, store: Store, run_id: int, states: list[TaskState], client: Any, pool: EvalPool,
+    def __init__(self, *, store: Store, run_id: int, states: list[TaskState], client: Any, engine: Engine,
                  device: str, config_key: str, config: SearchConfig, events: EventLog, display: Display):
         self.store = store
         self.run_id = run_id
         self.states = states
         self.by_task = {st.task.id: st for st in states}
         self.client = client  # ChatClient or None (then only pending evaluations run)
-        self.pool = pool
+        self.engine = engine  # judges each program once and stores every verdict (engine.py)
         self.device = device  # the device name verdicts are filed under; also the GPU named in prompts
         self.config_key = config_key
         self.config = config
@@ -80,7 +80,6 @@ class Search:
         self.evaluations = 0  # evaluations this process ran
         self.reused = 0  # candidates not evaluated because their program had been judged
         self._failed_requests = 0  # consecutive failed requests, all tasks together
-        self._in_flight: dict[tuple[str, str], asyncio.Future] = {}  # (task id, norm hash) -> its verdict
 
     async def run(self, pending: list[CandidateRecord] = ()) -> None:
         """Evaluate candidates a killed run left unjudged, then spend every task's budget."""
@@ -182,39 +181,23 @@ class Search:
 
     async def _evaluate(self, st: TaskState, cid: str, code: str, origin: dict) -> None:
         task = st.task
-        key = (task.id, norm_hash(code))
-        running = self._in_flight.get(key)
-        if running is not None:
-            verdict = await asyncio.shield(running)
-            self._reuse(st, cid, verdict)
-            return
-        known = self.store.find_evaluated_duplicate(task.id, code, self.device, self.config_key)
-        if known is not None:
-            self._reuse(st, cid, known)
-            return
-        done: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = done
         st.evaluating += 1
         self._show(st, "evaluating")
         try:
-            job = EvalJob(task, code, key=cid, best_known_speedup=st.best)
-            # shield: cancelling this coroutine must not cancel the pool's future, which the pool's
-            # own thread resolves later.
-            result = await asyncio.shield(asyncio.wrap_future(self.pool.submit(job)))
-            verdict = result.verdict
-            new = self.store.record_verdict(cid, verdict, self.run_id, self.device, self.config_key,
-                                            task_id=task.id)
-            self.evaluations += 1
-            st.evaluated += 1
-            self.events.write("verdict", task=task.key, candidate_id=cid, origin=origin_label(origin),
-                              status=verdict.status, speedup=verdict.speedup, new=new)
-            self._note_verdict(st, verdict, origin)
-            done.set_result(verdict)
+            # shield: cancelling this coroutine must not cancel the engine's future, which the pool's
+            # own thread resolves later (and other candidates of the same program may wait on).
+            judged = await asyncio.shield(asyncio.wrap_future(self.engine.submit(task, cid, code, best_known=st.best)))
         finally:
             st.evaluating -= 1
-            del self._in_flight[key]
-            if not done.done():
-                done.cancel()
+        if judged.reused:
+            self._reuse(st, cid, judged.verdict)
+            return
+        verdict = judged.verdict
+        self.evaluations += 1
+        st.evaluated += 1
+        self.events.write("verdict", task=task.key, candidate_id=cid, origin=origin_label(origin),
+                          status=verdict.status, speedup=verdict.speedup, new=judged.stored)
+        self._note_verdict(st, verdict, origin)
         self.display.refresh()
 
     def _reuse(self, st: TaskState, cid: str, verdict: Verdict) -> None:

@@ -15,12 +15,12 @@ from typing import Sequence
 
 from cuda_l1.bench import (
     RunContext,
-    device_key,
     evaluate_candidates,
     strategy_candidates,
     write_run_report,
 )
-from cuda_l1.devices import Device, as_device
+from cuda_l1.devices import Device, as_device, device_key
+from cuda_l1.engine import Engine
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
@@ -155,7 +155,8 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
                 with make_pool(cluster, str(device), eval_config, workers) as pool, \
                         Display(states, enabled=progress and client is not None,
                                 title=f"optimizing on {dkey}") as display:
-                    search = Search(store=ctx.store, run_id=ctx.run_id, states=states, client=client, pool=pool,
+                    engine = Engine(ctx.store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
+                    search = Search(store=ctx.store, run_id=ctx.run_id, states=states, client=client, engine=engine,
                                     device=dkey, config_key=ckey, config=config, events=events, display=display)
 
                     async def drive() -> None:

@@ -3,12 +3,12 @@
 Every stage turns LLM answers into training signal the same way, so this is the one place where a
 completion meets the evaluator and the history store:
 
-    completion text -> parse_completion -> candidate (store) -> pool (sandboxed evaluation) -> verdict (store)
+    completion text -> parse_completion -> candidate (store) -> engine -> pool (sandboxed) -> verdict (store)
 
 The process that owns a Judge is the only writer of the store. Identical programs (the same code up
 to comments and layout) are evaluated once per batch, and a program the store already judged on the
 same device under the same settings is not evaluated again: GRPO groups and repeated sampling produce
-many duplicates, and each evaluation costs seconds of device time.
+many duplicates, and each evaluation costs seconds of device time (the engine's rule, engine.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cuda_l1.contrastive import parse_completion
+from cuda_l1.engine import Engine
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import EvalJob, EvalPool
+from cuda_l1.evaluate.jobs import EvalPool
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
-from cuda_l1.store import Origin, Store, norm_hash
+from cuda_l1.store import Origin, Store
 from cuda_l1.tasks import Task
 
 
@@ -67,7 +68,7 @@ Progress = Callable[[int], None]  # called with the number of attempts just sett
 
 
 class Judge:
-    """Parse, record and evaluate completions for one run."""
+    """Parse and record completions, and judge their candidates through the engine (engine.py)."""
 
     def __init__(self, store: Store, pool: EvalPool, config: EvalConfig, run_id: int | None,
                  device_label: str | None = None):
@@ -76,22 +77,22 @@ class Judge:
         self.config = config
         self.config_key = config.config_key()
         self.run_id = run_id
-        # The device name verdicts carry (e.g. "NVIDIA H200"); learnt from the first verdict.
-        self.device_label = device_label
-        self.evaluations = 0  # programs actually sent to the evaluator
+        # device_label: the device name verdicts carry (e.g. "NVIDIA H200"); None: learnt from the first.
+        self.engine = Engine(store, pool, device_key=device_label, config_key=self.config_key, run_id=run_id)
+
+    @property
+    def device_label(self) -> str | None:
+        return self.engine.device_key
+
+    @property
+    def evaluations(self) -> int:
+        """Programs actually sent to the evaluator."""
+        return self.engine.evaluations
 
     def best_speedup(self, task_id: str) -> float | None:
         """The best verified speedup on this device under these settings (for the re-measure rule):
         speedups timed with other settings do not compare."""
-        if not self.device_label:
-            return None
-        best = self.store.best_candidate(task_id, self.device_label, config_key=self.config_key)
-        return best.speedup if best is not None else None
-
-    def _known(self, task_id: str, code: str) -> Verdict | None:
-        if self.device_label is None:
-            return None
-        return self.store.find_evaluated_duplicate(task_id, code, self.device_label, self.config_key)
+        return self.engine.best_speedup(task_id)
 
     def _record_completion(self, attempt: Attempt, status: str, message: str = "",
                            candidate_id: str | None = None) -> None:
@@ -106,8 +107,7 @@ class Judge:
     def judge(self, attempts: list[Attempt], progress: Progress | None = None) -> list[Outcome]:
         """Outcomes in the order of `attempts`. Blocks until every needed evaluation is done."""
         outcomes: list[Outcome] = []
-        pending: dict[tuple[str, str], list[Outcome]] = {}  # (task id, norm hash) -> outcomes awaiting it
-        futures: dict[tuple[str, str], Future] = {}
+        waiting: list[tuple[Outcome, Future]] = []
         settled = 0
         for attempt in attempts:
             parsed = parse_completion(attempt.text)
@@ -123,35 +123,16 @@ class Judge:
             self._record_completion(attempt, OK, candidate_id=candidate_id)
             outcome = Outcome(attempt, PARSE_ERROR, code=code, analysis=parsed.analysis, candidate_id=candidate_id)
             outcomes.append(outcome)
-            key = (attempt.task.id, norm_hash(code))
-            if key in pending:
-                pending[key].append(outcome)
-                continue
-            known = self._known(attempt.task.id, code)
-            if known is not None:
-                self._settle(outcome, known, reused=True)
-                settled += 1
-                continue
-            pending[key] = [outcome]
-            job = EvalJob(attempt.task, code, best_known_speedup=self.best_speedup(attempt.task.id),
-                          meta={"candidate_id": candidate_id})
-            futures[key] = self.pool.submit(job)
-            self.evaluations += 1
+            future = self.engine.submit(attempt.task, candidate_id, code,
+                                        best_known=self.best_speedup(attempt.task.id))
+            waiting.append((outcome, future))
         if progress and settled:
             progress(settled)
-        for key, future in futures.items():
-            result = future.result()
-            first, *rest = pending[key]
-            verdict = result.verdict
-            self.device_label = self.device_label or verdict.device or None
-            self.store.record_verdict(first.candidate_id, verdict, run_id=self.run_id,
-                                      device=verdict.device or "unknown", config_key=self.config_key,
-                                      task_id=first.attempt.task.id)
-            self._settle(first, verdict, reused=False)
-            for outcome in rest:
-                self._settle(outcome, verdict, reused=True)
+        for outcome, future in waiting:
+            judged = future.result()
+            self._settle(outcome, judged.verdict, reused=judged.reused)
             if progress:
-                progress(1 + len(rest))
+                progress(1)
         return outcomes
 
     @staticmethod

@@ -1,0 +1,136 @@
+"""The one path from a candidate to a stored verdict, for every caller: bench, audit, optimize and the
+three training stages submit here.
+
+    engine = Engine(store, pool, device_key="NVIDIA H200", config_key=config.config_key(), run_id=run)
+    judged = engine.submit(task, candidate_id, code).result()   # a Judged: verdict, reused or not
+
+A program (normalised code) is judged once per task, device and settings: a candidate whose own
+verdict is stored, or whose program has a stored verdict, is not evaluated again, and one whose
+program is being evaluated right now waits for that evaluation. Every new verdict is stored as soon
+as the pool returns it, so a kill loses nothing already judged. Callers differ only in how they wait
+(a thread, asyncio through `asyncio.wrap_future`, a progress bar over `as_completed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from cuda_l1.evaluate.jobs import EvalJob, EvalPool
+from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.store import Store, norm_hash
+from cuda_l1.tasks import Task
+
+
+@dataclass
+class Judged:
+    """What became of one submitted candidate."""
+
+    candidate_id: str
+    verdict: Verdict
+    reused: bool  # not evaluated for this candidate: its own or its program's verdict was known or under way
+    stored: bool  # this submission stored a verdict row (for this candidate)
+
+
+class Engine:
+    """Judges candidates through a pool and files every verdict in the store, each program once."""
+
+    def __init__(self, store: Store, pool: EvalPool | None, *, device_key: str | None, config_key: str,
+                 run_id: int | None, record_duplicates: bool = False):
+        self.store = store
+        self.pool = pool
+        # The device name verdicts are filed under (devices.device_key). None: the name the first verdict
+        # carries (a caller that cannot name the GPUs ahead); until then nothing stored can be matched.
+        self.device_key = device_key
+        self.config_key = config_key
+        self.run_id = run_id
+        # Also file a duplicate's verdict under its own candidate id (reports that list every candidate,
+        # such as bench and audit, need one row each; the optimizer's exemplars must not repeat a program).
+        self.record_duplicates = record_duplicates
+        self.evaluations = 0  # programs sent to the pool by this engine
+        self._lock = threading.Lock()
+        self._in_flight: dict[tuple[str, str], Future] = {}  # (task id, norm hash) -> its (verdict, stored)
+
+    def best_speedup(self, task_id: str) -> float | None:
+        """The best verified speedup on this device under these settings (for the re-measure rule)."""
+        if self.device_key is None:
+            return None
+        best = self.store.best_candidate(task_id, self.device_key, config_key=self.config_key)
+        return best.speedup if best is not None else None
+
+    def known(self, task: Task, candidate_id: str, code: str) -> Verdict | None:
+        """A stored verdict for this candidate, or else for its program, on this device and settings."""
+        if self.device_key is None:
+            return None
+        own = self.store.verdict_for(candidate_id, self.device_key, self.config_key, task_id=task.id)
+        return own or self.store.find_evaluated_duplicate(task.id, code, self.device_key, self.config_key)
+
+    def submit(self, task: Task, candidate_id: str, code: str, *, best_known: float | None = None,
+               meta: dict | None = None) -> Future:
+        """A future of the candidate's Judged. The candidate must be in the store already."""
+        out: Future = Future()
+        key = (task.id, norm_hash(code))
+        with self._lock:
+            running = self._in_flight.get(key)
+            if running is None:
+                known = self.known(task, candidate_id, code)
+                if known is not None:
+                    out.set_result(self._reuse(task, candidate_id, known))
+                    return out
+                running = Future()
+                self._in_flight[key] = running
+                first = True
+                job = EvalJob(task, code, key=candidate_id, best_known_speedup=best_known, meta=dict(meta or {}))
+                pool_future = self.pool.submit(job)
+                self.evaluations += 1
+            else:
+                first = False
+
+        if first:
+            pool_future.add_done_callback(lambda f: self._finish(key, task, candidate_id, f, running))
+
+        def settle(done: Future) -> None:
+            if done.cancelled():
+                out.cancel()
+            elif done.exception() is not None:
+                out.set_exception(done.exception())
+            else:
+                verdict, stored = done.result()
+                try:
+                    out.set_result(Judged(candidate_id, verdict, reused=False, stored=stored) if first
+                                   else self._reuse(task, candidate_id, verdict))
+                except BaseException as exc:  # noqa: BLE001 - a store error reaches the waiter, not a log
+                    out.set_exception(exc)
+
+        running.add_done_callback(settle)
+        return out
+
+    def _finish(self, key, task: Task, candidate_id: str, pool_future: Future, running: Future) -> None:
+        """The pool's answer: store it, then release everyone waiting on this program."""
+        try:
+            verdict = pool_future.result().verdict
+            with self._lock:
+                if self.device_key is None:
+                    self.device_key = verdict.device or None
+                device = self.device_key or verdict.device or "unknown"
+            stored = self.store.record_verdict(candidate_id, verdict, self.run_id, device, self.config_key,
+                                               task_id=task.id)
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            with self._lock:
+                self._in_flight.pop(key, None)
+            running.set_exception(exc)
+            return
+        with self._lock:
+            self._in_flight.pop(key, None)
+        running.set_result((verdict, stored))
+
+    def _reuse(self, task: Task, candidate_id: str, verdict: Verdict) -> Judged:
+        stored = False
+        if self.record_duplicates and verdict.candidate_id != candidate_id:
+            copy = dataclasses.replace(verdict, candidate_id=candidate_id,
+                                       timing={**verdict.timing, "judged_as": verdict.candidate_id})
+            stored = self.store.record_verdict(candidate_id, copy, self.run_id, self.device_key, self.config_key,
+                                               task_id=task.id)
+        return Judged(candidate_id, verdict, reused=True, stored=stored)

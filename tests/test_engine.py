@@ -1,0 +1,123 @@
+"""The engine: every caller's one path from a candidate to a stored verdict, each program judged once."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from cuda_l1.engine import Engine
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.jobs import EvalResult
+from cuda_l1.evaluate.local_pool import LocalPool
+from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.store import Origin, Store
+from cuda_l1.tasks import Task
+
+REFERENCE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+CANDIDATE = REFERENCE.replace("class Model(", "class ModelNew(")
+SAME_PROGRAM = CANDIDATE.replace("return torch.relu(x) * 2.0", "return torch.relu(x) * 2.0  # same, commented")
+TASK = Task(name="1_Relu2", level=1, source=REFERENCE)
+
+
+class HeldPool:
+    """A pool whose answers the test releases by hand (the engine sees a real Future either way)."""
+
+    def __init__(self):
+        self.jobs: list = []
+        self.futures: list[Future] = []
+
+    def submit(self, job) -> Future:
+        future: Future = Future()
+        self.jobs.append(job)
+        self.futures.append(future)
+        return future
+
+    def answer(self, index: int, status: str = "ok", device: str = "test-gpu") -> None:
+        job = self.jobs[index]
+        verdict = Verdict(status=status, speedup=1.5 if status == "ok" else None, device=device,
+                          task_id=job.task.id, candidate_id=job.key)
+        threading.Thread(target=self.futures[index].set_result, args=(EvalResult(job, verdict, "held"),)).start()
+
+
+def _store(tmp_path) -> tuple[Store, list[str]]:
+    store = Store(tmp_path / "history.sqlite")
+    store.add_task(TASK)
+    ids = [store.add_candidate(TASK.id, code, Origin(kind="strategy", strategy="eager"))[0]
+           for code in (CANDIDATE, SAME_PROGRAM)]
+    return store, ids
+
+
+def test_a_program_under_way_is_waited_for_and_one_judged_is_not_sent_again(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    a = engine.submit(TASK, first, CANDIDATE)
+    b = engine.submit(TASK, second, SAME_PROGRAM)  # same program (comments differ): waits for a
+    assert len(pool.jobs) == 1 and not a.done() and not b.done()
+    pool.answer(0)
+    judged_a, judged_b = a.result(timeout=10), b.result(timeout=10)
+    assert (judged_a.reused, judged_a.stored) == (False, True)
+    assert judged_b.reused and judged_b.verdict.candidate_id == first and not judged_b.stored
+    again = engine.submit(TASK, second, SAME_PROGRAM)  # the store has it now
+    assert again.done() and again.result().reused and len(pool.jobs) == 1
+    assert store.verdict_for(first, "test-gpu", "k", task_id=TASK.id).status == "ok"
+    assert store.verdict_for(second, "test-gpu", "k", task_id=TASK.id) is None
+    assert engine.evaluations == 1 and engine.best_speedup(TASK.id) == 1.5
+
+
+def test_reports_get_a_row_per_duplicate_and_an_unknown_device_is_learnt(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key=None, config_key="k", run_id=None, record_duplicates=True)
+    assert engine.best_speedup(TASK.id) is None
+    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, SAME_PROGRAM)
+    pool.answer(0, device="NVIDIA H200")
+    assert a.result(timeout=10).stored and b.result(timeout=10).stored
+    assert engine.device_key == "NVIDIA H200"
+    copy = store.verdict_for(second, "NVIDIA H200", "k", task_id=TASK.id)
+    assert copy.candidate_id == second and copy.timing["judged_as"] == first
+
+
+def test_a_failing_pool_reaches_every_waiter_and_frees_the_program(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, SAME_PROGRAM)
+    pool.futures[0].set_exception(RuntimeError("worker lost"))
+    for future in (a, b):
+        with pytest.raises(RuntimeError, match="worker lost"):
+            future.result(timeout=10)
+    engine.submit(TASK, first, CANDIDATE)  # tried again: a new evaluation
+    assert len(pool.jobs) == 2
+
+
+@pytest.mark.slow
+def test_real_evaluations_through_a_local_pool(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    timing = TimingConfig.quick()
+    timing.max_time_s = 1.0
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2)
+    with LocalPool("cpu", config, workers=1) as pool:
+        engine = Engine(store, pool, device_key="cpu-test", config_key=config.config_key(), run_id=None)
+        results = [engine.submit(TASK, cid, code).result(timeout=300)
+                   for cid, code in ((first, CANDIDATE), (second, SAME_PROGRAM))]
+    assert [r.verdict.status for r in results] == ["ok", "ok"] and [r.reused for r in results] == [False, True]
+    assert engine.evaluations == 1
