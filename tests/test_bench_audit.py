@@ -41,7 +41,7 @@ def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
         assert (out / name).stat().st_size > 0
     assert list(out.glob("*.png"))
     again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json")
-    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0}
+    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0}
     rebuilt = cli("report", str(out))
     assert rebuilt.returncode == 0 and "report" in rebuilt.stdout
 

@@ -11,7 +11,8 @@ import torch
 from cuda_l1.devices import Device
 from cuda_l1.errors import TaskError
 from cuda_l1.tasks import for_device, load_builtin, load_tasks
-from cuda_l1.tasks.sizes import gpu_sizes, resize
+from cuda_l1.tasks.loaders import builtin_gpu_sizes
+from cuda_l1.tasks.sizes import resize
 
 CPU_TASKS = {t.key: t for t in load_builtin("cpu")}
 GPU_TASKS = {t.key: t for t in load_builtin("gpu")}
@@ -30,6 +31,15 @@ def _shapes_on_meta(source: str) -> tuple[int, int, int]:
     return count(inputs), count(outs), sum(p.numel() for p in model.parameters())
 
 
+# Ids of built-in tasks as they were before GPU sizes existed: stores keyed by them must stay valid.
+PINNED_CPU_IDS = {"L1/01_SquareMatmul": "8b26d75cb27e", "L2/05_Linear_LayerNorm_SiLU_Mul": "c8619e760d76",
+                  "L3/12_TinyUNet": "3665d91d6761"}
+
+
+def test_cpu_task_ids_did_not_change():
+    assert {key: CPU_TASKS[key].id for key in PINNED_CPU_IDS} == PINNED_CPU_IDS
+
+
 def test_the_cpu_suite_is_what_builtin_loads():
     assert [t.id for t in load_tasks("builtin")] == [t.id for t in load_tasks("builtin:cpu")]
     assert set(CPU_TASKS) == set(GPU_TASKS) and len(GPU_TASKS) == 36
@@ -40,7 +50,8 @@ def test_the_cpu_suite_is_what_builtin_loads():
 @pytest.mark.parametrize("key", sorted(GPU_TASKS))
 def test_gpu_sizes_are_larger_and_consistent(key):
     cpu, gpu = CPU_TASKS[key], GPU_TASKS[key]
-    assert gpu_sizes(cpu.source), f"{key} states no GPU_SIZES"
+    assert builtin_gpu_sizes(cpu), f"{key} states no GPU_SIZES"
+    assert "GPU_SIZES" not in cpu.source and "GPU_SIZES" not in gpu.source  # the CPU copy is the file as before
     assert gpu.id != cpu.id and gpu.origin.endswith("(gpu sizes)")
     small, large = _shapes_on_meta(cpu.source), _shapes_on_meta(gpu.source)
     assert all(b >= a for a, b in zip(small, large)), (small, large)

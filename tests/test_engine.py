@@ -121,3 +121,45 @@ def test_real_evaluations_through_a_local_pool(tmp_path):
                    for cid, code in ((first, CANDIDATE), (second, SAME_PROGRAM))]
     assert [r.verdict.status for r in results] == ["ok", "ok"] and [r.reused for r in results] == [False, True]
     assert engine.evaluations == 1
+
+
+class RefusingPool:
+    def submit(self, job):
+        raise RuntimeError("no workers left")
+
+
+def test_a_pool_that_refuses_frees_the_program_for_the_next_try(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    engine = Engine(store, RefusingPool(), device_key="test-gpu", config_key="k", run_id=None)
+    with pytest.raises(RuntimeError, match="no workers left"):
+        engine.submit(TASK, first, CANDIDATE).result(timeout=10)
+    with pytest.raises(RuntimeError, match="no workers left"):  # not a follower of a dead evaluation
+        engine.submit(TASK, second, SAME_PROGRAM).result(timeout=10)
+
+
+def test_a_pool_closed_before_judging_stores_nothing(tmp_path):
+    from cuda_l1.evaluate.jobs import NO_WORKER, failed_verdict
+
+    store, (first, _) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    future = engine.submit(TASK, first, CANDIDATE)
+    job = pool.jobs[0]
+    pool.futures[0].set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
+    judged = future.result(timeout=10)
+    assert judged.verdict.status == "runtime_error" and not judged.stored
+    assert store.verdict_for(first, "test-gpu", "k", task_id=TASK.id) is None  # judged again on resume
+
+
+def test_a_duplicates_copy_is_not_a_second_reference_sample(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None, record_duplicates=True)
+    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, SAME_PROGRAM)
+    job = pool.jobs[0]
+    verdict = Verdict(status="ok", speedup=1.2, device="test-gpu", task_id=TASK.id, candidate_id=job.key,
+                      reference_ms=2.0, candidate_ms=1.6)
+    pool.futures[0].set_result(EvalResult(job, verdict, "w0"))
+    assert a.result(timeout=10).stored and b.result(timeout=10).stored
+    timing = store.reference_timing(TASK.id, "test-gpu", verdict.versions)
+    assert timing is not None and timing["samples_ms"] == [2.0], timing  # one measurement, counted once

@@ -38,19 +38,23 @@ class Engine:
     """Judges candidates through a pool and files every verdict in the store, each program once."""
 
     def __init__(self, store: Store, pool: EvalPool | None, *, device_key: str | None, config_key: str,
-                 run_id: int | None, record_duplicates: bool = False):
+                 run_id: int | None, record_duplicates: bool = False, file_by_verdict_device: bool = False):
         self.store = store
         self.pool = pool
-        # The device name verdicts are filed under (devices.device_key). None: the name the first verdict
+        # The device name verdicts are matched under (devices.device_key). None: the name the first verdict
         # carries (a caller that cannot name the GPUs ahead); until then nothing stored can be matched.
         self.device_key = device_key
+        # File each verdict under the device it names rather than `device_key` (the training stages,
+        # whose label may come from an earlier run's state: a resumed run on another GPU must not file
+        # its timings under the old GPU's name).
+        self.file_by_verdict_device = file_by_verdict_device
         self.config_key = config_key
         self.run_id = run_id
         # Also file a duplicate's verdict under its own candidate id (reports that list every candidate,
         # such as bench and audit, need one row each; the optimizer's exemplars must not repeat a program).
         self.record_duplicates = record_duplicates
         self.evaluations = 0  # programs sent to the pool by this engine
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _in_flight, evaluations, device_key; never held across calls out
         self._in_flight: dict[tuple[str, str], Future] = {}  # (task id, norm hash) -> its (verdict, stored)
 
     def best_speedup(self, task_id: str) -> float | None:
@@ -69,54 +73,59 @@ class Engine:
 
     def submit(self, task: Task, candidate_id: str, code: str, *, best_known: float | None = None,
                meta: dict | None = None) -> Future:
-        """A future of the candidate's Judged. The candidate must be in the store already."""
+        """A future of the candidate's Judged (or of the error that prevented it). The candidate must be
+        in the store already."""
         out: Future = Future()
         key = (task.id, norm_hash(code))
-        with self._lock:
-            running = self._in_flight.get(key)
+        try:
+            with self._lock:
+                running = self._in_flight.get(key)
             if running is None:
                 known = self.known(task, candidate_id, code)
                 if known is not None:
                     out.set_result(self._reuse(task, candidate_id, known))
                     return out
-                running = Future()
-                self._in_flight[key] = running
-                first = True
-                job = EvalJob(task, code, key=candidate_id, best_known_speedup=best_known, meta=dict(meta or {}))
-                pool_future = self.pool.submit(job)
-                self.evaluations += 1
+                with self._lock:  # another thread may have started the same program meanwhile
+                    running = self._in_flight.get(key)
+                    first = running is None
+                    if first:
+                        running = self._in_flight[key] = Future()
+                        self.evaluations += 1
+                if first:
+                    self._start(key, task, candidate_id, code, best_known, meta, running)
             else:
                 first = False
-
-        if first:
-            pool_future.add_done_callback(lambda f: self._finish(key, task, candidate_id, f, running))
-
-        def settle(done: Future) -> None:
-            if done.cancelled():
-                out.cancel()
-            elif done.exception() is not None:
-                out.set_exception(done.exception())
-            else:
-                verdict, stored = done.result()
-                try:
-                    out.set_result(Judged(candidate_id, verdict, reused=False, stored=stored) if first
-                                   else self._reuse(task, candidate_id, verdict))
-                except BaseException as exc:  # noqa: BLE001 - a store error reaches the waiter, not a log
-                    out.set_exception(exc)
-
-        running.add_done_callback(settle)
+        except BaseException as exc:  # noqa: BLE001 - the store or the pool failed: the waiter hears it
+            out.set_exception(exc)
+            return out
+        running.add_done_callback(lambda done: self._settle(done, out, task, candidate_id, first))
         return out
 
-    def _finish(self, key, task: Task, candidate_id: str, pool_future: Future, running: Future) -> None:
-        """The pool's answer: store it, then release everyone waiting on this program."""
+    def _start(self, key, task: Task, candidate_id: str, code: str, best_known, meta, running: Future) -> None:
+        job = EvalJob(task, code, key=candidate_id, best_known_speedup=best_known, meta=dict(meta or {}))
         try:
-            verdict = pool_future.result().verdict
+            pool_future = self.pool.submit(job)
+        except BaseException as exc:  # noqa: BLE001 - no evaluation under way: free the program
             with self._lock:
-                if self.device_key is None:
-                    self.device_key = verdict.device or None
-                device = self.device_key or verdict.device or "unknown"
-            stored = self.store.record_verdict(candidate_id, verdict, self.run_id, device, self.config_key,
-                                               task_id=task.id)
+                self._in_flight.pop(key, None)
+            running.set_exception(exc)
+            return
+        pool_future.add_done_callback(lambda f: self._finish(key, task, candidate_id, f, running))
+
+    def _finish(self, key, task: Task, candidate_id: str, pool_future: Future, running: Future) -> None:
+        """The pool's answer: store it (unless no worker judged it), then release everyone waiting."""
+        try:
+            result = pool_future.result()
+            verdict, stored = result.verdict, False
+            if result.judged:  # a pool that closed first says nothing of the candidate: nothing is stored
+                with self._lock:
+                    if self.device_key is None:
+                        self.device_key = verdict.device or None
+                    device = self.device_key or verdict.device
+                if self.file_by_verdict_device or not device:
+                    device = verdict.device or "unknown"
+                stored = self.store.record_verdict(candidate_id, verdict, self.run_id, device, self.config_key,
+                                                   task_id=task.id)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiter
             with self._lock:
                 self._in_flight.pop(key, None)
@@ -126,11 +135,26 @@ class Engine:
             self._in_flight.pop(key, None)
         running.set_result((verdict, stored))
 
+    def _settle(self, done: Future, out: Future, task: Task, candidate_id: str, first: bool) -> None:
+        if out.cancelled():  # the caller gave up waiting
+            return
+        if done.exception() is not None:
+            out.set_exception(done.exception())
+            return
+        verdict, stored = done.result()
+        try:
+            judged = (Judged(candidate_id, verdict, reused=False, stored=stored) if first
+                      else self._reuse(task, candidate_id, verdict))
+        except BaseException as exc:  # noqa: BLE001 - a store error reaches the waiter, not a log
+            out.set_exception(exc)
+            return
+        out.set_result(judged)
+
     def _reuse(self, task: Task, candidate_id: str, verdict: Verdict) -> Judged:
         stored = False
-        if self.record_duplicates and verdict.candidate_id != candidate_id:
+        if self.record_duplicates and verdict.candidate_id != candidate_id and self.device_key:
             copy = dataclasses.replace(verdict, candidate_id=candidate_id,
                                        timing={**verdict.timing, "judged_as": verdict.candidate_id})
             stored = self.store.record_verdict(candidate_id, copy, self.run_id, self.device_key, self.config_key,
-                                               task_id=task.id)
+                                               task_id=task.id, reference_sample=False)
         return Judged(candidate_id, verdict, reused=True, stored=stored)

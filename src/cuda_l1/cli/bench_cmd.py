@@ -98,7 +98,8 @@ def bench_command(
     for note in result["notes"]:
         console.print(f"[yellow]{escape(note)}[/]")
     c = result["counts"]
-    console.print(f"{c['evaluated']} evaluated, {c['skipped']} already done (resumed)")
+    console.print(f"{c['evaluated']} evaluated, {c['skipped']} already done (resumed), "
+                  f"{c.get('reused', 0)} duplicate(s) of a judged program")
     print_summary(summary)
     console.print(f"report: {result['paths']['report']}", markup=False)
 

@@ -11,7 +11,8 @@ from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
 from cuda_l1.tasks import find_task, load_tasks, parse_levels, select_tasks
 from cuda_l1.tasks.runtime import describe_task
-from cuda_l1.tasks.sizes import GPU, GPU_TARGET_MS, gpu_sizes
+from cuda_l1.tasks.loaders import builtin_gpu_sizes
+from cuda_l1.tasks.sizes import GPU, GPU_TARGET_MS
 
 tasks_app = typer.Typer(help="List and inspect tasks.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
@@ -29,7 +30,7 @@ def builtin_sizes(task) -> dict | None:
     """For a built-in task: which sizes this copy has, and the GPU sizes (None for other tasks)."""
     if not (task.origin or "").startswith("builtin:"):
         return None
-    return {"applied": GPU if task.origin.endswith(f"({GPU} sizes)") else "cpu", "gpu": gpu_sizes(task.source)}
+    return {"applied": GPU if task.origin.endswith(f"({GPU} sizes)") else "cpu", "gpu": builtin_gpu_sizes(task)}
 
 
 def sizes_line(sizes: dict) -> str:

@@ -18,7 +18,7 @@ import os
 import sys
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
-from cuda_l1.evaluate.confine import ConfinePlan, ConfinementError, confine_process
+from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, ConfinementError, confine_process
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, LeafVerdict, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verified, Verify, encode)
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         notes = confine_process(plan, keep_fds=keep)
     except ConfinementError as exc:  # before any module is loaded: the parent sees exit code 5 and this line
         print(f"cuda-l1 sandbox: {exc}", file=sys.stderr, flush=True)
-        os._exit(5)
+        os._exit(CONFINEMENT_FAILED)
     try:
         prewarm(args.device)
     except BaseException as exc:  # noqa: BLE001 - reported once the channel is up

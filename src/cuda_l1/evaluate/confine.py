@@ -179,6 +179,9 @@ def effective_capabilities() -> int:
     return -1
 
 
+CONFINEMENT_FAILED = 5  # exit status of a side whose confinement could not be applied (child.py, init)
+
+
 class ConfinementError(RuntimeError):
     """A layer the plan asks for could not be applied, and running on without it is not safe."""
 
@@ -250,7 +253,7 @@ def _be_init(plan: ConfinePlan, keep_fds: tuple[int, ...], harness: int) -> None
         _lib().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if plan.drop_identity and drop_identity(plan.uid).startswith("not enforced"):
-            os._exit(1)
+            os._exit(CONFINEMENT_FAILED)
         while True:  # orphans of the side are reparented here: reap them until the harness ends
             try:
                 done, status = os.wait()

@@ -118,8 +118,9 @@ class TaskEnv:
 
     def note_reference_memory(self) -> int:
         """Read what the reference's side holds now; returns the candidate limit it implies."""
-        if self.ref is not None:
-            self.reference_peak = max(self.reference_peak, self.ref.proc.memory_bytes())
+        if self.ref is not None:  # now, and the most its watchdog saw during the windows
+            held = self.ref.proc.memory_bytes()
+            self.reference_peak = max(self.reference_peak, held, self.ref.proc.peak_memory)
         return side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
 
     def start_reference(self) -> None:

@@ -38,8 +38,17 @@ class EvalJob:
 class EvalResult:
     job: EvalJob
     verdict: Verdict
-    worker: str  # which worker judged it (device, host)
+    worker: str  # which worker judged it (device, host); NO_WORKER when the pool gave up on the job
     attempts: int = 1
+
+    @property
+    def judged(self) -> bool:
+        """Whether a worker judged the candidate (not so when the pool closed or became unusable first:
+        such a verdict says nothing of the candidate and is not stored)."""
+        return self.worker != NO_WORKER
+
+
+NO_WORKER = "none"  # EvalResult.worker of a job the pool answered without judging it
 
 
 def failed_verdict(job: EvalJob, message: str) -> Verdict:

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import Future
 
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
 
 
@@ -138,7 +138,7 @@ class LocalPool(EvalPool):
     def submit(self, job: EvalJob) -> Future:
         future: Future = Future()
         if self._closing:
-            future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), "none"))
+            future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
             return future
         with self._lock:
             job_id = self._next_id
@@ -270,7 +270,8 @@ class LocalPool(EvalPool):
         if threading.current_thread() is not self._dispatcher:  # close() from a result callback
             self._dispatcher.join(timeout=5)
         with self._lock:
-            for future, job, _ in self._futures.values():
-                if not future.done():
-                    future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), "none"))
+            unanswered = list(self._futures.values())
             self._futures.clear()
+        for future, job, _ in unanswered:  # outside the lock: a result's callbacks may take other locks
+            if not future.done():
+                future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))

@@ -34,7 +34,7 @@ from ray import exceptions as ray_errors
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.ray_cluster import connect, runtime_env_secrets
 from cuda_l1.evaluate.verdict import Verdict
 
@@ -207,7 +207,7 @@ class RayPool(EvalPool):
         with self._lock:
             if self._closing or self._unusable:
                 reason = self._unusable or "the pool was closed"
-                future.set_result(EvalResult(job, failed_verdict(job, reason), "none"))
+                future.set_result(EvalResult(job, failed_verdict(job, reason), NO_WORKER))
                 return future
             job_id = self._next_id
             self._next_id += 1
@@ -235,7 +235,7 @@ class RayPool(EvalPool):
             self._pending.clear()
         for future, job, attempts in entries:
             if not future.done():
-                future.set_result(EvalResult(job, failed_verdict(job, message), "none", attempts))
+                future.set_result(EvalResult(job, failed_verdict(job, message), NO_WORKER, attempts))
 
     def _assign(self) -> None:
         for slot in self._slots:

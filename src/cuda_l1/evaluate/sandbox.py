@@ -32,7 +32,7 @@ from cuda_l1.evaluate import protocol, side_memory, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
 from cuda_l1.evaluate.config import SandboxConfig
-from cuda_l1.evaluate.confine import ConfinePlan, harness_under_init
+from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate.probe import identity_uid, usable_plan
 
@@ -296,7 +296,7 @@ class SideProcess:
         if info.signal:
             name = signal.Signals(info.signal).name if info.signal in signal.Signals._value2member_map_ else str(info.signal)
             return f"the side's process died with signal {name}"
-        if info.returncode == 5:  # child.py: a confinement layer the plan asks for could not be applied
+        if info.returncode == CONFINEMENT_FAILED and not self.notes:  # before its Confined report: not the module's own exit
             return "the sandbox could not be applied in the side: " + self.log_tail().strip()[-400:]
         if info.returncode is not None:
             return f"the side's process exited with code {info.returncode} before answering"

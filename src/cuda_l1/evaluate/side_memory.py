@@ -21,12 +21,13 @@ from cuda_l1.evaluate.config import SandboxConfig
 
 
 def tree_bytes(pids: list[int], harness_pid: int | None, mounts: str, scratch: str, own_inputs_inode: int | None) -> int:
-    """Without a cgroup: resident memory of every process, what the private tmpfs mounts hold, and the
-    memfds the tree keeps open (the parent's input buffer, which the side only reads, excepted)."""
+    """Without a cgroup: the anonymous and shared resident memory of every process (not mapped files:
+    the libraries every side maps are page cache), what the private tmpfs mounts hold, and the memfds
+    the tree keeps open (the parent's input buffer, which the side only reads, excepted)."""
     total = 0
     for pid in pids:
         for line in sigstop.read(f"/proc/{pid}/status").splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(("RssAnon:", "RssShmem:")):
                 total += int(line.split()[1]) * 1024
     for private, path in (("/dev/shm private", "/dev/shm"), ("scratch tmpfs", scratch)):
         if harness_pid and private in mounts:
@@ -60,8 +61,11 @@ def memfd_bytes(pids: list[int], own_inputs_inode: int | None) -> int:
 
 
 def candidate_limit(config: SandboxConfig, reference_peak: int) -> int:
-    """Host memory a candidate's side may hold on a task whose reference's side held `reference_peak`."""
-    return max(config.memory_bytes, int(config.memory_factor * reference_peak) + config.memory_headroom_bytes)
+    """Host memory a candidate's side may hold on a task whose reference's side held `reference_peak`:
+    never more than the reference's own side may hold (half the host), so a few workers cannot
+    exhaust it."""
+    scaled = int(config.memory_factor * reference_peak) + config.memory_headroom_bytes
+    return max(config.memory_bytes, min(scaled, reference_limit(config)))
 
 
 def reference_limit(config: SandboxConfig) -> int:

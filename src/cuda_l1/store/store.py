@@ -166,10 +166,13 @@ class Store(VerdictQueries):
         device: str | None = None,
         config_key: str | dict = "",
         task_id: str | None = None,
+        reference_sample: bool = True,
     ) -> bool:
         """Store a verdict once per (candidate, device, config key). Returns False if one was already stored.
 
         config_key: a string, or the evaluation settings themselves (hashed with `stable_key`).
+        reference_sample: the verdict's reference timing is a new measurement (False for a copy of a
+        verdict filed under a duplicate candidate: the same measurement must not count twice).
         """
         device = device or verdict.device
         if not device:
@@ -190,7 +193,7 @@ class Store(VerdictQueries):
                 "SELECT 1 FROM candidates WHERE task_id = ? AND id = ?", (task_id, candidate_id)
             ).fetchone() is None:
                 raise ValueError(f"unknown candidate {candidate_id} of task {task_id}; add_candidate() it first")
-            reference = self._reference_update(task_id, stored)
+            reference = self._reference_update(task_id, stored) if reference_sample else None
             if reference is not None:
                 stored.checks = [*stored.checks, reference[0]]
             cur = conn.execute(

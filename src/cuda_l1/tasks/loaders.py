@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from cuda_l1.errors import TaskError, UserError
-from cuda_l1.tasks.sizes import CPU, SIZES, sized
+from cuda_l1.tasks.sizes import CPU, SIZES, gpu_sizes, sized
 from cuda_l1.tasks.task import Task, make_task, number_from_name
 
 _LEVEL_DIR = re.compile(r"^level_?(\d+)$", re.IGNORECASE)
@@ -81,6 +81,12 @@ def load_directory(path: str | Path) -> list[Task]:
 
 def builtin_root() -> Path:
     return Path(str(resources.files("cuda_l1.tasks") / "builtin"))
+
+
+def builtin_gpu_sizes(task: Task) -> dict:
+    """The GPU_SIZES a built-in task's file states ({} for a task that is not built in)."""
+    path = builtin_root() / f"level{task.level}" / f"{task.name}.py"
+    return gpu_sizes(path.read_text(encoding="utf-8")) if (task.origin or "").startswith("builtin:") and path.is_file() else {}
 
 
 def load_builtin(sizes: str = CPU) -> list[Task]:

@@ -45,16 +45,35 @@ def resize(source: str, sizes: dict[str, int | float]) -> str:
     if missing:
         raise ValueError(f"GPU_SIZES names constants the task does not define on one line: {', '.join(missing)}")
     for row, start, end, text in sorted(edits, reverse=True):
-        line = lines[row]
-        lines[row] = line[:start] + text + line[end:]
+        line = lines[row].encode()  # ast's column offsets count UTF-8 bytes
+        lines[row] = (line[:start] + text.encode() + line[end:]).decode()
     return "".join(lines)
 
 
 def sized(source: str, sizes: str) -> str:
-    """The task's source at `sizes` (cpu: as written; gpu: with GPU_SIZES applied)."""
+    """The task's source at `sizes`. GPU_SIZES itself is taken out of both, so the CPU copy is the
+    file as it was before GPU sizes existed (its id, and every stored verdict of it, stay valid); the
+    GPU copy says in a first comment line that its docstring describes the CPU sizes."""
     if sizes not in SIZES:
         raise ValueError(f"sizes is one of {', '.join(SIZES)} (got {sizes!r})")
-    return resize(source, gpu_sizes(source)) if sizes == GPU else source
+    values = gpu_sizes(source)
+    plain = _without_gpu_sizes(source)
+    if sizes == CPU or not values:
+        return plain
+    stated = ", ".join(f"{k}={v!r}" for k, v in values.items())
+    return f"# GPU sizes ({stated}); the docstring below describes the CPU sizes.\n" + resize(plain, values)
+
+
+def _without_gpu_sizes(source: str) -> str:
+    """`source` without its GPU_SIZES assignment and the comment line just above it."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["GPU_SIZES"]:
+            lines = source.splitlines(keepends=True)
+            start = node.lineno - 1
+            if start > 0 and lines[start - 1].lstrip().startswith("#"):
+                start -= 1
+            return "".join(lines[:start] + lines[node.end_lineno:])
+    return source
 
 
 def for_device(source: str, device) -> str:

@@ -78,7 +78,8 @@ class Judge:
         self.config_key = config.config_key()
         self.run_id = run_id
         # device_label: the device name verdicts carry (e.g. "NVIDIA H200"); None: learnt from the first.
-        self.engine = Engine(store, pool, device_key=device_label, config_key=self.config_key, run_id=run_id)
+        self.engine = Engine(store, pool, device_key=device_label, config_key=self.config_key, run_id=run_id,
+                             file_by_verdict_device=True)
 
     @property
     def device_label(self) -> str | None:
