@@ -531,7 +531,7 @@ def test_resume_judges_the_model_s_pending_candidates_but_not_dropped_strategies
     """A killed run left a compile candidate and a model candidate unjudged; the rerun asks only for
     eager: the model's candidate is judged, the compile one is not (it would delay the run)."""
     from cuda_l1.bench import RunContext
-    from cuda_l1.search.config import RUN_NAME
+    from cuda_l1.search.search_config import RUN_NAME
     from cuda_l1.store import Origin
     from cuda_l1.strategies import get_strategy
     from cuda_l1.tasks import load_tasks

@@ -38,7 +38,7 @@ from cuda_l1.contrastive import parse_completion  # noqa: E402
 from cuda_l1.evaluate.verdict import Verdict  # noqa: E402
 from cuda_l1.store import Origin, Store  # noqa: E402
 from cuda_l1.tasks import load_tasks  # noqa: E402
-from cuda_l1.train.config import load_config  # noqa: E402
+from cuda_l1.train.config_files import load_config  # noqa: E402
 from cuda_l1.train.distributed import Collective  # noqa: E402
 from cuda_l1.train.prompts import ContrastivePromptBuilder, PromptSection, share_prompts  # noqa: E402
 from cuda_l1.train.reward import RewardConfig, shape_reward  # noqa: E402
@@ -332,7 +332,7 @@ def test_exemplars_and_best_speedup_come_from_verdicts_under_the_same_settings(t
 # -- the reward function against the real evaluator --------------------------------------------------------
 @pytest.mark.slow
 def test_reward_function_judges_with_the_evaluator_and_writes_the_store(tmp_path):
-    from cuda_l1.train.config import EvalSection
+    from cuda_l1.train.config_files import EvalSection
     from cuda_l1.train.attempts import Judge
     from cuda_l1.train.reward import EvaluatorReward
     from cuda_l1.train.eval_pool import open_pool

@@ -18,7 +18,7 @@ pytest.importorskip("trl")
 
 from cuda_l1.cli.app import run as cli  # noqa: E402
 from cuda_l1.errors import UserError  # noqa: E402
-from cuda_l1.train.config import load_config  # noqa: E402
+from cuda_l1.train.config_files import load_config  # noqa: E402
 from cuda_l1.train.preflight import check_stage  # noqa: E402
 from cuda_l1.train.rl_config import RLStageConfig  # noqa: E402
 from cuda_l1.train.self_improve_config import SelfImproveConfig  # noqa: E402

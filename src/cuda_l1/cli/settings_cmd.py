@@ -18,9 +18,9 @@ from cuda_l1.errors import UserError
 # name -> (module, class): the top-level settings of each command; nested ones are shown under their key.
 SETTINGS = {
     "eval": ("cuda_l1.evaluate.config", "EvalConfig"),
-    "build": ("cuda_l1.evaluate.build.config", "BuildConfig"),
+    "build": ("cuda_l1.evaluate.build.build_config", "BuildConfig"),
     "calibration": ("cuda_l1.calibrate", "CalibrationConfig"),
-    "search": ("cuda_l1.search.config", "SearchConfig"),
+    "search": ("cuda_l1.search.search_config", "SearchConfig"),
     "endpoint": ("cuda_l1.llm.endpoints", "EndpointConfig"),
     "sft": ("cuda_l1.train.sft_config", "SFTStageConfig"),
     "self-improve": ("cuda_l1.train.self_improve_config", "SelfImproveConfig"),

@@ -56,7 +56,7 @@ def _check_installed() -> None:
 def _load(stage: str, config: Path, overrides: list[str] | None, **forced):
     """The stage config, checked: its own fields, the training libraries, and the [trainer] table built
     into TRL's config object now (not after hours of sampling), every error naming the file."""
-    from cuda_l1.train.config import load_config
+    from cuda_l1.train.config_files import load_config
 
     if not config.is_file():
         raise UserError("no such config file.", path=str(config))
@@ -164,6 +164,6 @@ def defaults_command(
     stage: str = typer.Argument(..., metavar="STAGE", help="sft, self-improve or rl."),
 ) -> None:
     """Print a TOML config for STAGE with every field at its default and a one-line help for each."""
-    from cuda_l1.train.config import render_template
+    from cuda_l1.train.config_files import render_template
 
     typer.echo(render_template(_config_class(stage)), nl=False)

@@ -14,7 +14,7 @@ Modules: `config` (settings), `loop` (the asyncio loop), `run` (strategies, loop
 `ledger` (per-run counts and the event log), `secrets` (keeping keys away from workers), `display`.
 """
 
-from cuda_l1.search.config import EVENTS_NAME, RUN_NAME, SOLUTIONS_NAME, SearchConfig
+from cuda_l1.search.search_config import EVENTS_NAME, RUN_NAME, SOLUTIONS_NAME, SearchConfig
 from cuda_l1.search.run import NO_ENDPOINT_HINT, run_optimize
 
 __all__ = ["EVENTS_NAME", "NO_ENDPOINT_HINT", "RUN_NAME", "SOLUTIONS_NAME", "SearchConfig", "run_optimize"]

@@ -30,7 +30,7 @@ from typing import Any
 from cuda_l1.contrastive import build_prompt, parse_completion, sample_exemplars
 from cuda_l1.engine import Engine
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
-from cuda_l1.search.config import SearchConfig
+from cuda_l1.search.search_config import SearchConfig
 from cuda_l1.search.display import Display
 from cuda_l1.search.ledger import EventLog
 from cuda_l1.store import CandidateRecord, Origin, Store

@@ -26,7 +26,7 @@ from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import PARSE_ERROR
 from cuda_l1.llm import EndpointConfig, make_client, sum_stats
-from cuda_l1.search.config import EVENTS_NAME, RUN_NAME, SOLUTIONS_NAME, SearchConfig
+from cuda_l1.search.search_config import EVENTS_NAME, RUN_NAME, SOLUTIONS_NAME, SearchConfig
 from cuda_l1.search.display import Display
 from cuda_l1.search.ledger import EventLog, parse_error_rows, spent_per_task
 from cuda_l1.search.loop import Search, TaskState

@@ -5,7 +5,8 @@
     stage 3  rl_trainer.py + prompts.py + reward.py
                                                  GRPO on contrastive prompts built from the history store,
                                                  rewarded by the evaluator, every verdict written back
-    shared   attempts.py (completion -> verdict -> store), config.py (TOML/JSON configs), modeling.py,
+    shared   attempts.py (completion -> verdict -> store), config_files.py (TOML/JSON stage files and
+             their shared sections), modeling.py,
              dataset.py, generation.py, metrics.py, distributed.py (collectives between ranks),
              launch.py (world size, single-process drivers), task_selection.py, eval_pool.py,
              outputs.py (output folder, store path), trainer_args.py ([trainer] -> TRL config),
@@ -27,7 +28,7 @@ _EXPORTS = {
     "RLStageConfig": "cuda_l1.train.rl_config",
     "RewardConfig": "cuda_l1.train.reward",
     "shape_reward": "cuda_l1.train.reward",
-    "load_config": "cuda_l1.train.config",
+    "load_config": "cuda_l1.train.config_files",
     "run_sft": "cuda_l1.train.sft_trainer",
     "run_self_improve": "cuda_l1.train.self_improve_trainer",
     "run_rl": "cuda_l1.train.rl_trainer",

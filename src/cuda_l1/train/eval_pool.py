@@ -13,7 +13,7 @@ from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.jobs import EvalJob, EvalPool
 from cuda_l1.evaluate.pool import make_pool
-from cuda_l1.train.config import EvalSection
+from cuda_l1.train.config_files import EvalSection
 
 
 def _devices(section: EvalSection) -> list[Device]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuda_l1.errors import UserError
-from cuda_l1.train.config import LoraSection, ModelSection
+from cuda_l1.train.config_files import LoraSection, ModelSection
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 

@@ -25,7 +25,7 @@ from cuda_l1.errors import UserError
 from cuda_l1.strategies import get_strategy
 from cuda_l1.train import trainer_args
 from cuda_l1.train.attempts import Attempt, Judge, rates
-from cuda_l1.train.config import to_dict
+from cuda_l1.train.config_files import to_dict
 from cuda_l1.train.distributed import AccelerateCollective, Collective
 from cuda_l1.train.metrics import MetricsLog, read_metrics
 from cuda_l1.train.modeling import check_model_path, load_tokenizer, lora_config, model_kwargs, save_trained

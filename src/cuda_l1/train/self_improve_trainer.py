@@ -27,7 +27,7 @@ from cuda_l1.errors import UserError
 from cuda_l1.store import Store
 from cuda_l1.tasks import Task, find_task
 from cuda_l1.train.attempts import Attempt, Judge, rates
-from cuda_l1.train.config import to_dict
+from cuda_l1.train.config_files import to_dict
 from cuda_l1.train.dataset import append_jsonl, make_row, read_jsonl
 from cuda_l1.train.eval_pool import open_pool
 from cuda_l1.train.generation import make_generator

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cuda_l1.errors import UserError
 from cuda_l1.settings import setting
-from cuda_l1.train.config import EvalSection, LoraSection, ModelSection, TaskSection
+from cuda_l1.train.config_files import EvalSection, LoraSection, ModelSection, TaskSection
 
 PHASES = ("all", "data", "train")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cuda_l1.errors import UserError
-from cuda_l1.train.config import LoraSection, ModelSection, to_dict
+from cuda_l1.train.config_files import LoraSection, ModelSection, to_dict
 from cuda_l1.train.dataset import load_rows, training_dataset
 from cuda_l1.train.modeling import (
     check_model_path,

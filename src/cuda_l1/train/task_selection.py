@@ -8,7 +8,7 @@ from typing import Iterable
 from cuda_l1.devices import local_gpu_count
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import Task, for_device, load_tasks
-from cuda_l1.train.config import EvalSection, TaskSection
+from cuda_l1.train.config_files import EvalSection, TaskSection
 
 
 def select_tasks(section: TaskSection, evaluation: EvalSection | None = None) -> list[Task]:

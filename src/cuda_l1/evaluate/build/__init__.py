@@ -15,8 +15,8 @@ import importlib
 _EXPORTS = {
     "BuildCache": "cache", "BuildResult": "cache", "build_extension": "cache",
     "RECIPE_VERSION": "compile", "build_key": "compile",
-    "BuildConfig": "config", "default_cache_dir": "config",
-    "BuildError": "errors", "CompileError": "errors",
+    "BuildConfig": "build_config", "default_cache_dir": "build_config",
+    "BuildError": "build_errors", "CompileError": "build_errors",
     "static_specs": "extract",
     "load_built": "loader", "load_built_path": "loader",
     "wait_for_background_pch": "pch",

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_l1.evaluate.build.compile import build_key, compile_extension
-from cuda_l1.evaluate.build.config import BuildConfig
-from cuda_l1.evaluate.build.errors import CompileError
+from cuda_l1.evaluate.build.build_config import BuildConfig
+from cuda_l1.evaluate.build.build_errors import CompileError
 from cuda_l1.evaluate.build.pch import PchStore
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import Toolchain, detect_toolchain

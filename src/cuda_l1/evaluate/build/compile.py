@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuda_l1.evaluate.build.config import BuildConfig
+from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.flags import names_gpu_arch
 from cuda_l1.evaluate.build.pch import PchStore, pch_used, strip_include_trace
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import json
 
-from cuda_l1.evaluate.build.errors import BuildError
+from cuda_l1.evaluate.build.build_errors import BuildError
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 
 MAX_CALLS = 8  # a source asking for more extensions than this gets only the first ones ahead

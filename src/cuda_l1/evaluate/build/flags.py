@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cuda_l1.evaluate.build import flag_rules as rules
-from cuda_l1.evaluate.build.errors import BuildError
+from cuda_l1.evaluate.build.build_errors import BuildError
 
 @dataclass(frozen=True)
 class CheckedFlags:

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from cuda_l1.evaluate.build.cache import BuildResult, build_extension
 from cuda_l1.evaluate.build.compile import build_key
-from cuda_l1.evaluate.build.config import BuildConfig
+from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.pch import wait_for_background_pch
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import detect_toolchain

@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from cuda_l1.evaluate.build import flags as flag_policy
-from cuda_l1.evaluate.build.errors import BuildError
+from cuda_l1.evaluate.build.build_errors import BuildError
 from cuda_l1.evaluate.build.translation_units import MAX_SOURCE_CHARS, check_source, is_identifier
 from cuda_l1.evaluate.build.toolchain import trusted_roots
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from cuda_l1.evaluate.build.errors import BuildError
+from cuda_l1.evaluate.build.build_errors import BuildError
 
 MAX_SOURCE_CHARS = 2_000_000  # all sources together; real candidates are a few KB
 
