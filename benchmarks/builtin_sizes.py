@@ -1,6 +1,7 @@
 """Time every built-in reference at its CPU and GPU sizes on one GPU (a script, not a test).
 
     python benchmarks/builtin_sizes.py --out OUT/builtin-sizes.json [--repeats 20] [--tasks L1/01,L2/03]
+    python benchmarks/builtin_sizes.py --shapes-only        # no GPU: input/output/parameter sizes, on meta
 
 GPU_SIZES aim at >= 0.5 ms per reference call on an H100-class GPU (tasks/sizes.py); this measures
 them: median of `--repeats` calls after warm-up, CUDA events, fresh inputs from get_inputs once.
@@ -50,12 +51,33 @@ def time_reference(source: str, repeats: int) -> dict:
     return {"median_ms": statistics.median(times), "min_ms": min(times), "peak_gib": round(peak, 2)}
 
 
+def shapes(source: str) -> dict:
+    """Input and output MiB and parameter count of one size, built and run on the meta device."""
+    module = types.ModuleType("builtin_task")
+    exec(compile(source, "<task>", "exec"), module.__dict__)
+    with torch.device("meta"):
+        inputs = module.get_inputs()
+        model = module.Model(*module.get_init_inputs())
+        out = model(*inputs)
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    mib = lambda xs: sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor)) / 2**20  # noqa: E731
+    return {"inputs_mib": round(mib(inputs)), "outputs_mib": round(mib(outs)),
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where the JSON results go")
+    parser.add_argument("--out", help="where the JSON results go (required unless --shapes-only)")
+    parser.add_argument("--shapes-only", action="store_true", help="print each GPU size's tensor sizes (no GPU needed)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per task and size")
     parser.add_argument("--tasks", default="", help="comma-separated task keys (default: all)")
     args = parser.parse_args(argv)
+    if args.shapes_only:
+        for task in load_builtin("gpu"):
+            print(json.dumps({"task": task.key, **shapes(task.source)}))
+        return 0
+    if not args.out:
+        parser.error("--out is required")
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
