@@ -72,9 +72,9 @@ class Engine:
         return own or self.store.find_evaluated_duplicate(task.id, code, self.device_key, self.config_key)
 
     def submit(self, task: Task, candidate_id: str, code: str, *, best_known: float | None = None,
-               meta: dict | None = None) -> Future:
+               thresholds: tuple[float, ...] = (), meta: dict | None = None) -> Future:
         """A future of the candidate's Judged (or of the error that prevented it). The candidate must be
-        in the store already."""
+        in the store already. `thresholds`: speedups the caller decides at (EvalJob.thresholds)."""
         out: Future = Future()
         key = (task.id, norm_hash(code))
         try:
@@ -92,7 +92,7 @@ class Engine:
                         running = self._in_flight[key] = Future()
                         self.evaluations += 1
                 if first:
-                    self._start(key, task, candidate_id, code, best_known, meta, running)
+                    self._start(key, task, candidate_id, code, best_known, thresholds, meta, running)
             else:
                 first = False
         except BaseException as exc:  # noqa: BLE001 - the store or the pool failed: the waiter hears it
@@ -101,8 +101,10 @@ class Engine:
         running.add_done_callback(lambda done: self._settle(done, out, task, candidate_id, first))
         return out
 
-    def _start(self, key, task: Task, candidate_id: str, code: str, best_known, meta, running: Future) -> None:
-        job = EvalJob(task, code, key=candidate_id, best_known_speedup=best_known, meta=dict(meta or {}))
+    def _start(self, key, task: Task, candidate_id: str, code: str, best_known, thresholds, meta,
+               running: Future) -> None:
+        job = EvalJob(task, code, key=candidate_id, best_known_speedup=best_known, thresholds=tuple(thresholds),
+                      meta=dict(meta or {}))
         try:
             pool_future = self.pool.submit(job)
         except BaseException as exc:  # noqa: BLE001 - no evaluation under way: free the program

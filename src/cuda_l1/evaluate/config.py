@@ -54,6 +54,9 @@ class TimingConfig:
     checked_calls: int = setting(8, "calls of each candidate window, drawn after it, compared with the reference")
     full_check_rate: float = setting(0.2, "share of later rounds in which one checked call is compared in full")
     remeasure_above: float = setting(3.0, "re-measure in a fresh process when the speedup exceeds this")
+    decide_early: bool = setting(True, "stop once the interval is clear of every speedup the caller decides at "
+                                 "(EvalJob.thresholds), after min_rounds")
+    decide_margin: float = setting(0.05, "... clear of each by this much, relative (a CPU host's noise band)")
     remeasure_vs_best: float = setting(2.0, "... or exceeds this multiple of the best speedup known for the task")
 
     @classmethod
@@ -119,6 +122,7 @@ def check_settings(config: EvalConfig) -> None:
         (t.target_width > 0, "timing target_width must be positive"),
         (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
         (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
+        (0 <= t.decide_margin < 1, "timing decide_margin is a share between 0 and 1"),
         (box.memory_factor >= 1 and box.memory_headroom_bytes >= 0,
          "sandbox memory_factor must be at least 1 and memory_headroom_bytes not negative"),
         (min(box.memory_bytes, box.shm_bytes, box.scratch_bytes, box.max_processes, box.cpu_seconds,

@@ -240,13 +240,16 @@ class Evaluator:
         prewarm = config.prewarm if config.prewarm is not None else config.device.startswith("cuda")
         self.supply = ChildSupply(self.env, prewarm)
 
-    def evaluate(self, source: str, remeasure: bool = True) -> Verdict:
-        verdict = self._evaluate_once(source)
+    def evaluate(self, source: str, remeasure: bool = True, thresholds: tuple[float, ...] = ()) -> Verdict:
+        """One verdict. `thresholds`: speedups the caller decides at (bucket edges, the best so far);
+        timing may stop as soon as the interval is clear of all of them."""
+        verdict = self._evaluate_once(source, thresholds)
         if remeasure and self.config.remeasure and needs_remeasure(verdict, self.config):
-            verdict = merge_remeasure(verdict, self._evaluate_once(source), f"same device, {self.config.device}")
+            verdict = merge_remeasure(verdict, self._evaluate_once(source, thresholds),
+                                      f"same device, {self.config.device}")
         return verdict
 
-    def _evaluate_once(self, source: str) -> Verdict:
+    def _evaluate_once(self, source: str, thresholds: tuple[float, ...] = ()) -> Verdict:
         started = time.monotonic()
         config, env = self.config, self.env
         verdict = Verdict(status=RUNTIME_ERROR, device=device_name(config.device), versions=versions(config.device),
@@ -255,7 +258,7 @@ class Evaluator:
         if env.ref is None:
             env.start_reference()
         cand = self.supply.take()
-        referee = Referee(env, cand, source, config, deadline=started + config.timeout_s)
+        referee = Referee(env, cand, source, config, deadline=started + config.timeout_s, thresholds=thresholds)
         try:
             with referee.phase("load"):
                 loaded = referee.load()

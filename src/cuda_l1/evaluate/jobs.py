@@ -27,6 +27,7 @@ class EvalJob:
     source: str
     key: str = ""  # the caller's handle (defaults to the candidate's content id)
     best_known_speedup: float | None = None  # for the re-measure rule
+    thresholds: tuple[float, ...] = ()  # speedups the caller decides at: timing may stop once clear of them
     meta: dict = field(default_factory=dict)  # passed back untouched (origin, strategy, ...)
 
     def __post_init__(self):

@@ -66,11 +66,11 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
         if item is None:
             evaluators.close()
             return
-        job_id, task, source, best = item
+        job_id, task, source, best, thresholds = item
         try:
             evaluator = evaluators.get(task)
             evaluator.config.best_known_speedup = best
-            verdict = evaluator.evaluate(source)
+            verdict = evaluator.evaluate(source, thresholds=thresholds)
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
@@ -174,7 +174,7 @@ class LocalPool(EvalPool):
                 continue
             _, job, _ = self._futures[job_id]
             self._inflight[index] = job_id
-            self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup))
+            self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup, job.thresholds))
 
     def _resolve(self, job_id: int, verdict: Verdict, worker: str) -> None:
         with self._lock:

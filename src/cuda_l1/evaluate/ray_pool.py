@@ -70,11 +70,12 @@ class EvalWorker:
                 "label": f"{where}@{socket.gethostname()}", "cuda_l1": cuda_l1.__version__,
                 "torch": torch.__version__}
 
-    def evaluate(self, task, source: str, best: float | None) -> tuple[dict | None, str | None]:
+    def evaluate(self, task, source: str, best: float | None,
+                 thresholds: tuple[float, ...] = ()) -> tuple[dict | None, str | None]:
         try:
             evaluator = self.evaluators.get(task)
             evaluator.config.best_known_speedup = best
-            return evaluator.evaluate(source).to_dict(), None
+            return evaluator.evaluate(source, thresholds=thresholds).to_dict(), None
         except Exception as exc:  # a bad task is the caller's error, reported per job
             return None, f"{type(exc).__name__}: {exc}"
 
@@ -247,7 +248,7 @@ class RayPool(EvalPool):
                 job_id = self._pending.popleft()
                 _, job, _ = self._futures[job_id]
             slot.job_id = job_id
-            slot.ref = slot.actor.evaluate.remote(job.task, job.source, job.best_known_speedup)
+            slot.ref = slot.actor.evaluate.remote(job.task, job.source, job.best_known_speedup, job.thresholds)
 
     def _dispatch(self) -> None:
         try:

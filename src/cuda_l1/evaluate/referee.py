@@ -30,8 +30,12 @@ _SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks
 
 
 class Referee:
-    def __init__(self, env, cand: SideProcess, source: str, config: EvalConfig, deadline: float):
+    def __init__(self, env, cand: SideProcess, source: str, config: EvalConfig, deadline: float,
+                 thresholds: tuple[float, ...] = ()):
         self.env = env  # evaluator.TaskEnv: the reference's side, inputs, probe
+        # speedups the caller decides at: timing may stop once the interval is clear of all of them
+        self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
+        self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.config = config
         self.source = source
         self.deadline = deadline
@@ -337,9 +341,11 @@ class Referee:
             n = len(cand_ms)
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
                 self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
-            if timing.done(n, self.estimate if n >= tc.min_rounds else None, time.monotonic() - timed_since,
-                           min_rounds=tc.min_rounds, max_rounds=tc.max_rounds, max_time_s=tc.max_time_s,
-                           target_width=tc.target_width):
+            self.stopped = timing.stop_reason(
+                n, self.estimate if n >= tc.min_rounds else None, time.monotonic() - timed_since,
+                min_rounds=tc.min_rounds, max_rounds=tc.max_rounds, max_time_s=tc.max_time_s,
+                target_width=tc.target_width, thresholds=self.thresholds, margin=tc.decide_margin) or ""
+            if self.stopped:
                 break
         self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
         self.phases["measure_total"] = time.perf_counter() - measure_start
@@ -363,6 +369,9 @@ class Referee:
             return
         self.timing = timing.report(timing.Recorded(ref_ms, cand_ms, list(self.candidate_first)), plan, overhead_s,
                                     hidden, self.env.quiet.idle_s, self.phases)
+        self.timing["stopped"] = self.stopped
+        if self.thresholds:
+            self.timing["thresholds"] = list(self.thresholds)
         after = self.telemetry.read()
         self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}
         self.timing["throttled"] = any(t.get("throttled") for t in (self.telemetry_before, after) if t)

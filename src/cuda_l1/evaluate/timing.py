@@ -67,12 +67,32 @@ def estimate(ref_ms: list[float], cand_ms: list[float], seed: int) -> Estimate:
     return Estimate(point, lo, hi, statistics.median(ref_ms), statistics.median(cand_ms))
 
 
+def stop_reason(rounds: int, est: Estimate | None, elapsed_s: float, *, min_rounds: int, max_rounds: int,
+                max_time_s: float, target_width: float, thresholds: tuple[float, ...] = (),
+                margin: float = 0.05) -> str | None:
+    """Why timing may stop now (None: go on). "narrow": the interval is as narrow as asked; "decided":
+    it lies on one side of every speedup the caller decides at (a bucket edge, the best so far), clear
+    of each by `margin` (relative), so more rounds would not change what the caller does. The margin
+    is what keeps looking after every few rounds from deciding on noise: identical code on a busy CPU
+    strays about 5%. "rounds" / "time": the caps."""
+    if rounds >= max_rounds:
+        return "rounds"
+    if elapsed_s >= max_time_s:
+        return "time"
+    if rounds < min_rounds or est is None:
+        return None
+    if est.relative_width <= target_width:
+        return "narrow"
+    if thresholds and all(est.lo > t * (1 + margin) or est.hi < t * (1 - margin) for t in thresholds):
+        return "decided"
+    return None
+
+
 def done(rounds: int, est: Estimate | None, elapsed_s: float, *, min_rounds: int, max_rounds: int,
-         max_time_s: float, target_width: float) -> bool:
-    """Stop once the interval is narrow enough, or at the caps."""
-    if rounds >= max_rounds or elapsed_s >= max_time_s:
-        return True
-    return rounds >= min_rounds and est is not None and est.relative_width <= target_width
+         max_time_s: float, target_width: float, thresholds: tuple[float, ...] = (), margin: float = 0.05) -> bool:
+    """Stop once the interval is narrow enough (or decides the caller's thresholds), or at the caps."""
+    return stop_reason(rounds, est, elapsed_s, min_rounds=min_rounds, max_rounds=max_rounds, max_time_s=max_time_s,
+                       target_width=target_width, thresholds=thresholds, margin=margin) is not None
 
 
 def summary(samples: list[float]) -> dict:

@@ -186,7 +186,8 @@ class Search:
         try:
             # shield: cancelling this coroutine must not cancel the engine's future, which the pool's
             # own thread resolves later (and other candidates of the same program may wait on).
-            judged = await asyncio.shield(asyncio.wrap_future(self.engine.submit(task, cid, code, best_known=st.best)))
+            submitted = self.engine.submit(task, cid, code, best_known=st.best, thresholds=self._thresholds(st))
+            judged = await asyncio.shield(asyncio.wrap_future(submitted))
         finally:
             st.evaluating -= 1
         if judged.reused:
@@ -199,6 +200,14 @@ class Search:
                           status=verdict.status, speedup=verdict.speedup, new=judged.stored)
         self._note_verdict(st, verdict, origin)
         self.display.refresh()
+
+    def _thresholds(self, st: TaskState) -> tuple[float, ...]:
+        """What the loop decides with a speedup: its exemplar bucket (the sampler's edges) and whether it
+        beats the task's best so far; timing may stop once the interval is clear of all of them."""
+        edges = set(self.config.sampler.bucket_edges) | {1.0}
+        if st.best is not None:
+            edges.add(st.best)
+        return tuple(sorted(edges))
 
     def _reuse(self, st: TaskState, cid: str, verdict: Verdict) -> None:
         st.reused += 1
