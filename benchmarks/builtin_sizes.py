@@ -20,6 +20,7 @@ import types
 import torch
 
 from cuda_l1.tasks import load_builtin
+from cuda_l1.tasks.runtime import meta_footprint
 from cuda_l1.tasks.sizes import GPU_TARGET_MS
 
 
@@ -53,16 +54,9 @@ def time_reference(source: str, repeats: int) -> dict:
 
 def shapes(source: str) -> dict:
     """Input and output MiB and parameter count of one size, built and run on the meta device."""
-    module = types.ModuleType("builtin_task")
-    exec(compile(source, "<task>", "exec"), module.__dict__)
-    with torch.device("meta"):
-        inputs = module.get_inputs()
-        model = module.Model(*module.get_init_inputs())
-        out = model(*inputs)
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    mib = lambda xs: sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor)) / 2**20  # noqa: E731
-    return {"inputs_mib": round(mib(inputs)), "outputs_mib": round(mib(outs)),
-            "parameters": sum(p.numel() for p in model.parameters())}
+    footprint = meta_footprint(source)
+    return {"inputs_mib": round(footprint["input_bytes"] / 2**20), "outputs_mib": round(footprint["output_bytes"] / 2**20),
+            "parameters": footprint["parameters"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,15 +3,14 @@ builds and forward runs on torch's meta device), and they are a different task f
 
 from __future__ import annotations
 
-import types
 
 import pytest
-import torch
 
 from cuda_l1.devices import Device
 from cuda_l1.errors import TaskError
 from cuda_l1.tasks import for_device, load_builtin, load_tasks
 from cuda_l1.tasks.loaders import builtin_gpu_sizes
+from cuda_l1.tasks.runtime import meta_footprint
 from cuda_l1.tasks.sizes import resize
 
 CPU_TASKS = {t.key: t for t in load_builtin("cpu")}
@@ -20,15 +19,8 @@ GPU_TASKS = {t.key: t for t in load_builtin("gpu")}
 
 def _shapes_on_meta(source: str) -> tuple[int, int, int]:
     """Input, output and parameter elements, with forward run on the meta device (no memory)."""
-    module = types.ModuleType("sized_task")
-    exec(compile(source, "<task>", "exec"), module.__dict__)
-    with torch.device("meta"):
-        inputs = module.get_inputs()
-        model = module.Model(*module.get_init_inputs())
-        out = model(*inputs)
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    count = lambda xs: sum(x.numel() for x in xs if isinstance(x, torch.Tensor))  # noqa: E731
-    return count(inputs), count(outs), sum(p.numel() for p in model.parameters())
+    footprint = meta_footprint(source)
+    return footprint["input_elements"], footprint["output_elements"], footprint["parameters"]
 
 
 # Ids of built-in tasks as they were before GPU sizes existed: stores keyed by them must stay valid.

@@ -70,3 +70,14 @@ def test_as_device_passes_a_device_through_and_parses_a_spelling(gpus):
     assert as_device("cpu") == Device("cpu")
     with pytest.raises(UserError):
         as_device("cuda")
+
+
+def test_spelling_rules_shared_by_the_config_check_and_the_training_ranks(gpus):
+    from cuda_l1.devices import is_spelled, names_gpus
+
+    assert [is_spelled(t) for t in ("cpu", "cuda", "cuda:3", "cuda:", "gpu", "auto")] == [True] * 3 + [False] * 3
+    gpus(0)
+    assert names_gpus("cuda:6,cuda:7") and not names_gpus("cpu") and not names_gpus("")
+    assert not names_gpus("auto") and names_gpus("auto", cluster="ray")
+    gpus(1)
+    assert names_gpus("auto")

@@ -38,6 +38,20 @@ class Device:
         return self.is_cuda and not self.remote
 
 
+def is_spelled(text: str) -> bool:
+    """Whether `text` is one device as the layers below carry it: cpu, cuda or cuda:N."""
+    return text in ("cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit())
+
+
+def names_gpus(text: str | None, cluster: str = "local") -> bool:
+    """Whether a device setting (one device or a list) means GPUs, read from its spelling only: no
+    visibility check, for a process that need not see the GPUs the evaluation uses."""
+    first = (text if text is not None else "auto").split(",")[0].strip() or "cpu"
+    if first == "auto":
+        return cluster != "local" or local_gpu_count() > 0
+    return first.startswith("cuda")
+
+
 def local_gpu_count() -> int:
     """GPUs this host's torch sees (0 without CUDA)."""
     import torch
@@ -57,7 +71,7 @@ def parse_device(text: str | None, cluster: str = "local", what: str = "--device
         return Device("cpu")
     if spelled == "cuda":
         device = Device("cuda", remote=remote)
-    elif spelled.startswith("cuda:") and spelled[5:].isdigit():
+    elif is_spelled(spelled):
         device = Device("cuda", int(spelled[5:]), remote=remote)
     else:
         raise UserError(f"{what} is {SPELLING} (got {text!r}).")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cuda_l1.devices import is_spelled
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.precision import ToleranceConfig
 from cuda_l1.settings import setting
@@ -111,7 +112,7 @@ def check_settings(config: EvalConfig) -> None:
     t, box = config.timing, config.sandbox
     device = config.device
     problems = [
-        (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()),
+        (is_spelled(device),
          f"device is cpu, cuda or cuda:N (got {device!r})"),
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (min(config.timeout_s, config.load_timeout_s, config.first_call_timeout_s, config.call_timeout_s) > 0,

@@ -207,3 +207,23 @@ def describe_task(task: Task, on_meta: bool = False) -> dict:
         "inputs": [describe(v) for v in args],
         "parameters": params,
     }
+
+
+def meta_footprint(source: str) -> dict[str, int]:
+    """Elements and bytes of a task's inputs and outputs and its parameter count, with forward run on
+    torch's meta device: shapes only, no memory (how GPU sizes are checked on a machine without one)."""
+    import torch
+
+    module = types.ModuleType("task_footprint")
+    exec(compile(source, "<task>", "exec"), module.__dict__)
+    with torch.device("meta"):
+        inputs = module.get_inputs()
+        model = module.Model(*module.get_init_inputs())
+        out = model(*inputs)
+    outputs = out if isinstance(out, (list, tuple)) else [out]
+    tensors = lambda xs: [x for x in xs if isinstance(x, torch.Tensor)]  # noqa: E731
+    return {"input_elements": sum(x.numel() for x in tensors(inputs)),
+            "output_elements": sum(x.numel() for x in tensors(outputs)),
+            "input_bytes": sum(x.numel() * x.element_size() for x in tensors(inputs)),
+            "output_bytes": sum(x.numel() * x.element_size() for x in tensors(outputs)),
+            "parameters": sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cuda_l1.devices import local_gpu_count
+from cuda_l1.devices import names_gpus
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import Task, for_device, load_tasks
 from cuda_l1.train.config_files import EvalSection, TaskSection
@@ -16,7 +16,8 @@ def select_tasks(section: TaskSection, evaluation: EvalSection | None = None) ->
     sizes of the device that judges them (`evaluation`; cpu sizes without one)."""
     source = section.source
     if evaluation is not None:
-        source = for_device(source, "cuda" if judged_on_gpu(evaluation) else "cpu")
+        # every rank asks, and a rank need not see the evaluation's GPUs: the spelling decides
+        source = for_device(source, "cuda" if names_gpus(evaluation.device, evaluation.cluster) else "cpu")
     tasks = load_tasks(source, levels=set(section.levels) or None, ids=section.ids or None)
     if section.limit > 0:
         tasks = tasks[: section.limit]
@@ -24,15 +25,6 @@ def select_tasks(section: TaskSection, evaluation: EvalSection | None = None) ->
         raise UserError(f"the task selection is empty (source {section.source!r}, levels {section.levels}, "
                         f"ids {section.ids}).")
     return tasks
-
-
-def judged_on_gpu(evaluation: EvalSection) -> bool:
-    """Whether the `[eval]` table names GPUs, read from its spelling only: every rank of a training job
-    asks, and a rank need not see the evaluation's GPUs (the pool, on rank 0, checks them)."""
-    first = (evaluation.device or "").split(",")[0].strip() or "cpu"
-    if first == "auto":
-        return evaluation.cluster != "local" or local_gpu_count() > 0
-    return first.startswith("cuda")
 
 
 def register_tasks(store, tasks: Iterable[Task]) -> None:
