@@ -487,3 +487,14 @@ def test_kill_9_loses_nothing_and_resumes(tmp_path):
         assert s._read("SELECT COUNT(*) FROM candidates")[0][0] == total
         assert s._read("SELECT COUNT(*) FROM run_candidates")[0][0] == total
         assert s.unevaluated_candidates(run.id, "cpu") == []
+
+
+def test_normalised_hash_sees_what_the_compiler_runs():
+    # A lone carriage return ends a line for compile() (so `R = 2` runs) but not for tokenize.
+    assert norm_hash("R = 1\n# note\n") != norm_hash("R = 1\n# note\rR = 2\n")
+    assert norm_hash("R = 1\r\nS = 2\r\n") == norm_hash("R = 1\nS = 2\n")  # line-end style alone is layout
+    # Inside a string, line breaks and indentation are content.
+    assert norm_hash('s = """\n"""\n') != norm_hash('s = """\n\n\n"""\n')
+    assert norm_hash('exec("""a = 1\nif a:\n    b = 2\n""")\n') != norm_hash('exec("""a = 1\nif a:\nb = 2\n""")\n')
+    cuda = 'src = """#define X \\\\\n\nint y;\n"""\n'
+    assert norm_hash(cuda) != norm_hash(cuda.replace("\n\nint", "\nint"))

@@ -1,8 +1,11 @@
 """Identities of candidate code: the exact-content id and the normalised-code hash.
 
 Two candidates that differ only in comments, blank lines or spacing run the same program, so they
-share a `norm_hash` and are evaluated once. String contents are kept: a changed string literal can
-change what runs (an inline CUDA source, a format string).
+share a `norm_hash` and are evaluated once. String contents are kept whole, line breaks and
+indentation inside them included: a changed string literal can change what runs (an inline CUDA
+source, a macro continued over a blank line, exec'd code). Line ends are made `\n` first, the way the
+compiler reads them: a lone `\r` ends a line for `compile()` but not for `tokenize`, which would
+otherwise take everything after `# comment\r` for part of the comment and hide it from the hash.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _token_form(code: str) -> str:
             if tok.type == _FSTRING_END:
                 depth -= 1
                 if depth == 0:
-                    parts.append(_source_slice(lines, fstring_start, tok.end))
+                    parts.append(_kept_whole(_source_slice(lines, fstring_start, tok.end)))
             continue
         if tok.type in _DROPPED:
             continue
@@ -54,11 +57,19 @@ def _token_form(code: str) -> str:
             parts.append("<INDENT>")
         elif tok.type == tokenize.DEDENT:
             parts.append("<DEDENT>")
+        elif tok.type == tokenize.STRING:
+            parts.append(_kept_whole(tok.string))
         else:
             parts.append(tok.string)
     # One space between tokens: `x=1` and `x = 1` give the same form, and adjacent names stay apart.
     lines = " ".join(parts).split("\n")
     return "\n".join(line.strip() for line in lines if line.strip())
+
+
+def _kept_whole(text: str) -> str:
+    """A string token with its line breaks marked by NUL (which no source can hold), so that the
+    line splitting and stripping below never reach inside it."""
+    return text.replace("\n", "\0")
 
 
 def _source_slice(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
@@ -78,6 +89,7 @@ def normalize_code(code: str) -> str:
     Tokenize fails on truncated code (an unclosed bracket or string) and on inconsistent dedents;
     such code still deserves a stable identity, just a coarser one.
     """
+    code = code.replace("\r\n", "\n").replace("\r", "\n")
     try:
         return "tok:" + _token_form(code)
     except Exception:  # TokenError, IndentationError, SyntaxError, ValueError (null bytes), ...
