@@ -3,6 +3,8 @@ clear of each threshold by a margin, and never before min_rounds."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cuda_l1.evaluate import timing
@@ -64,3 +66,10 @@ def test_an_evaluation_with_far_thresholds_stops_at_its_first_estimate():
         assert plain.timing["stopped"] in ("narrow", "rounds", "time") and "thresholds" not in plain.timing
     finally:
         evaluator.close()
+
+
+def test_verdicts_with_and_without_early_stops_are_filed_apart():
+    base = EvalConfig(device="cpu")
+    keys = {EvalConfig(device="cpu", timing=dataclasses.replace(base.timing, **change)).config_key()
+            for change in ({}, {"decide_early": False}, {"decide_margin": 0.1})}
+    assert len(keys) == 3 and base.config_key() in keys

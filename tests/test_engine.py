@@ -11,7 +11,7 @@ from cuda_l1.engine import Engine
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.jobs import EvalResult
 from cuda_l1.evaluate.local_pool import LocalPool
-from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.evaluate.verdict import Check, Verdict
 from cuda_l1.store import Origin, Store
 from cuda_l1.tasks import Task
 
@@ -50,10 +50,10 @@ class HeldPool:
         self.futures.append(future)
         return future
 
-    def answer(self, index: int, status: str = "ok", device: str = "test-gpu") -> None:
+    def answer(self, index: int, status: str = "ok", device: str = "test-gpu", checks=()) -> None:
         job = self.jobs[index]
         verdict = Verdict(status=status, speedup=1.5 if status == "ok" else None, device=device,
-                          task_id=job.task.id, candidate_id=job.key)
+                          task_id=job.task.id, candidate_id=job.key, checks=list(checks))
         threading.Thread(target=self.futures[index].set_result, args=(EvalResult(job, verdict, "held"),)).start()
 
 
@@ -163,3 +163,30 @@ def test_a_duplicates_copy_is_not_a_second_reference_sample(tmp_path):
     assert a.result(timeout=10).stored and b.result(timeout=10).stored
     timing = store.reference_timing(TASK.id, "test-gpu", verdict.versions)
     assert timing is not None and timing["samples_ms"] == [2.0], timing  # one measurement, counted once
+
+
+@pytest.mark.parametrize("failed_check", ["evaluator", "reference_ran", "gpu_health_after"])
+def test_a_failure_of_the_evaluation_itself_is_judged_again_not_reused(tmp_path, failed_check):
+    store, (first, second) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    a = engine.submit(TASK, first, CANDIDATE)
+    pool.answer(0, status="runtime_error", checks=[Check(failed_check, False, "the harness failed")])
+    assert a.result(timeout=10).stored and not a.result().verdict.settled
+    twin = engine.submit(TASK, second, SAME_PROGRAM)  # its program's stored verdict is not a finding about it
+    same = engine.submit(TASK, first, CANDIDATE)  # nor for the candidate itself
+    assert len(pool.jobs) == 2 and not twin.done() and not same.done()
+    pool.answer(1)
+    assert twin.result(timeout=10).verdict.ok and not twin.result().reused
+    assert same.result(timeout=10).reused and same.result().verdict.ok
+
+
+def test_a_failure_the_candidate_caused_stands_for_its_twins(tmp_path):
+    store, (first, second) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    a = engine.submit(TASK, first, CANDIDATE)
+    pool.answer(0, status="runtime_error", checks=[Check("runs_to_completion", False, "it raised")])
+    assert a.result(timeout=10).verdict.settled
+    twin = engine.submit(TASK, second, SAME_PROGRAM)
+    assert twin.done() and twin.result().reused and len(pool.jobs) == 1

@@ -108,7 +108,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     for cand in candidates:
         store.add_task(cand.task)
         cid, _ = store.add_candidate(cand.task.id, cand.source, cand.origin, ctx.run_id)
-        if store.verdict_for(cid, dkey, ckey, task_id=cand.task.id) is None:
+        known = store.verdict_for(cid, dkey, ckey, task_id=cand.task.id)
+        if known is None or not known.settled:  # a resumed run judges again what the evaluation itself failed
             todo.append((cand, cid))
     counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0, "reused": 0}
     if not todo:  # a finished run resumed: no pool is started

@@ -65,11 +65,15 @@ class Engine:
         return best.speedup if best is not None else None
 
     def known(self, task: Task, candidate_id: str, code: str) -> Verdict | None:
-        """A stored verdict for this candidate, or else for its program, on this device and settings."""
+        """A stored settled verdict (Verdict.settled) for this candidate, or else for its program, on
+        this device and settings."""
         if self.device_key is None:
             return None
         own = self.store.verdict_for(candidate_id, self.device_key, self.config_key, task_id=task.id)
-        return own or self.store.find_evaluated_duplicate(task.id, code, self.device_key, self.config_key)
+        if own is not None and own.settled:
+            return own
+        twin = self.store.find_evaluated_duplicate(task.id, code, self.device_key, self.config_key)
+        return twin if twin is not None and twin.settled else None  # an evaluation's own failure is retried
 
     def submit(self, task: Task, candidate_id: str, code: str, *, best_known: float | None = None,
                thresholds: tuple[float, ...] = (), meta: dict | None = None) -> Future:

@@ -101,8 +101,10 @@ class EvalConfig:
         """What makes two verdicts comparable: the precision policy and how long and how finely the
         timing protocol measures (so speedups measured with quick timing never mix with full ones)."""
         tc = self.timing
+        decide = f"{tc.decide_margin:g}" if tc.decide_early else "off"  # early stops give wider intervals
         timing = ("off" if not tc.enabled else
-                  f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}")
+                  f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}"
+                  f"/decide={decide}")
         return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
                 f"|trials={self.correctness_trials}|timing={timing}")
 

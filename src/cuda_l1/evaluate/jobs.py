@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Verdict
+from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Check, Verdict
 from cuda_l1.tasks import Task, source_id
 
 
@@ -52,9 +52,13 @@ class EvalResult:
 NO_WORKER = "none"  # EvalResult.worker of a job the pool answered without judging it
 
 
-def failed_verdict(job: EvalJob, message: str) -> Verdict:
+def failed_verdict(job: EvalJob, message: str, *, evaluation_failed: bool = True) -> Verdict:
+    """A verdict the pool gives when no evaluation finished. `evaluation_failed`: the failure is the
+    pool's or the evaluator's (a failed `evaluator` check: the verdict is not settled, see
+    Verdict.settled); False when the candidate is its likely cause (its worker died every time)."""
+    checks = [Check("evaluator", False, message[:500])] if evaluation_failed else []
     return Verdict(status=RUNTIME_ERROR, reasons=[message], task_id=job.task.id, task_name=job.task.key,
-                   candidate_id=source_id(job.source))
+                   candidate_id=source_id(job.source), checks=checks)
 
 
 KEEP_REFERENCES = 2  # prepared references a worker holds: a task's candidates back to back, and one more

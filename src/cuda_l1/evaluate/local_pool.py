@@ -240,7 +240,8 @@ class LocalPool(EvalPool):
                     self._pending.insert(0, job_id)
             else:
                 self._first.pop(job_id, None)
-                self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate"),
+                self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate",
+                                                        evaluation_failed=False),
                               self.workers[index])
 
     def worker_pids(self) -> list[int]:

@@ -331,7 +331,7 @@ class RayPool(EvalPool):
                 return
         if entry is not None:
             message = f"the evaluation worker died {entry[2]} times on this candidate (last: {_short(cause)})"
-            self._resolve(job_id, failed_verdict(entry[1], message), label)
+            self._resolve(job_id, failed_verdict(entry[1], message, evaluation_failed=False), label)
 
     def _check_start_deadlines(self) -> None:
         now = time.monotonic()

@@ -22,6 +22,10 @@ PARSE_ERROR = "parse_error"
 STATUSES = (OK, INCORRECT, REJECTED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT)
 ALL_STATUSES = STATUSES + (PARSE_ERROR,)
 
+# Checks whose failure is the evaluation's own, not a finding about the candidate: the evaluator or its
+# pool failed, the reference failed beside the candidate, the GPU was unhealthy after it.
+EVALUATION_CHECKS = ("evaluator", "reference_ran", "gpu_health_after")
+
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -75,6 +79,13 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    @property
+    def settled(self) -> bool:
+        """Whether this verdict is a finding about the program, so it stands for the program's twins
+        and for a resumed run. A failure of the evaluation itself (EVALUATION_CHECKS) is not: the
+        program is judged again next time instead of carrying a failure it may not have caused."""
+        return self.ok or not any(c.name in EVALUATION_CHECKS and c.passed is False for c in self.checks)
 
     def check(self, name: str) -> Check | None:
         return next((c for c in self.checks if c.name == name), None)
