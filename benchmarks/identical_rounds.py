@@ -3,11 +3,17 @@ script, not a test). Each task's reference is evaluated as its own candidate `--
 round's per-call times and which side went first are written out with the verdict's summary.
 
     python benchmarks/identical_rounds.py --device cuda --tasks L1/02_TallSkinnyMatmul,L2/01 --out rounds.json
+    python benchmarks/identical_rounds.py --device cuda --tasks tests/corpus/refs/many_small_ops.py --checked-calls 1 --out r.json
+
+Ablations that each remove one difference between the sides: --fresh-reference (both processes
+equally new), --cpu-core (both on one core), --no-prewarm, --checked-calls 1 (on a GPU the reference's
+side compares the candidate's outputs between windows: this makes that work an eighth as large).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -40,18 +46,25 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--sizes", choices=("cpu", "gpu"), default=None,
                         help="built-in suite sizes (default: gpu on a CUDA device, cpu otherwise)")
-    parser.add_argument("--tasks", required=True, help="task keys or key prefixes, comma-separated")
+    parser.add_argument("--tasks", required=True,
+                        help="built-in task keys or key prefixes, or task files (.py), comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-prewarm", action="store_true", help="start each candidate process only when needed")
     parser.add_argument("--cpu-core", type=int, default=None, help="pin both sides to this core (on a GPU too)")
     parser.add_argument("--fresh-reference", action="store_true",
                         help="a new reference side for every evaluation (both sides equally fresh)")
+    parser.add_argument("--checked-calls", type=int, default=None, help="calls compared after each window (default 8)")
     args = parser.parse_args()
-    wanted = [t for t in args.tasks.split(",") if t]
-    tasks = [t for t in load_tasks(f"builtin:{args.sizes}" if args.sizes else for_device("builtin", args.device)) if any(t.key.startswith(w) for w in wanted)]
+    wanted = [t for t in args.tasks.split(",") if t and not t.endswith(".py")]
+    files = [t for t in args.tasks.split(",") if t.endswith(".py")]
+    tasks = [t for t in load_tasks(f"builtin:{args.sizes}" if args.sizes else for_device("builtin", args.device))
+             if any(t.key.startswith(w) for w in wanted)] if wanted else []
+    tasks += [task for path in files for task in load_tasks(path)]
     rows = []
     for task in tasks:
         config = EvalConfig(device=args.device, prewarm=False if args.no_prewarm else None, cpu_core=args.cpu_core)
+        if args.checked_calls:
+            config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, checked_calls=args.checked_calls))
         evaluator = Evaluator(task, config)
         source = task.source.replace("class Model(", "class ModelNew(")
         try:
@@ -66,6 +79,7 @@ def main() -> None:
                        "score": verdict.speedup, "seconds": round(time.perf_counter() - t0, 2),
                        "by_order": _ratio_by_order(samples), "calls_per_window": verdict.timing.get("calls_per_window"),
                        "overhead_ms": verdict.timing.get("window_overhead_ms"), "cpu_core": verdict.sandbox.get("cpu_core"),
+                       "phases_s": verdict.timing.get("phases_s"), "reasons": verdict.reasons[:2],
                        "samples": samples}
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)

@@ -134,3 +134,17 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     env = scrubbed_env(str(tmp_path))
     assert "secret-value" not in env.values()
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["HOME"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("nbytes", [8 * 1024, 8 * 1024 + 4, 8 * 1024 + 2, 8 * 1024 + 1])
+def test_input_bytes_compare_equal_and_find_one_changed_byte_at_any_width(nbytes):
+    from cuda_l1.evaluate.remote import same_bytes
+
+    a = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    assert same_bytes(a, a.clone())
+    for where in (0, nbytes // 2, nbytes - 1):
+        b = a.clone()
+        b[where] ^= 1
+        assert not same_bytes(a, b)
+    assert not same_bytes(a, a[:-1].clone())
+    assert same_bytes(a[1:], a.clone()[1:])  # views at odd addresses are compared too

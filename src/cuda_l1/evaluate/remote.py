@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import torch
 
@@ -30,12 +31,17 @@ class _Iov(ctypes.Structure):
 _libc = None
 
 
-def _vm_read(pid: int, address: int, nbytes: int) -> bytearray:
+def _vm_read(pid: int, address: int, nbytes: int, into: bytearray | None = None) -> bytearray | memoryview:
+    """`nbytes` of another process's memory at `address`: a new bytearray, or a view of the first
+    `nbytes` of `into` (a reused buffer: a fresh one costs a page fault per 4 KiB, most of a read)."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.process_vm_readv.restype = ctypes.c_ssize_t
-    out = bytearray(nbytes)
+    if into is not None and len(into) >= nbytes:
+        out = into
+    else:
+        out = bytearray(nbytes)
     if nbytes == 0:
         return out
     buf = (ctypes.c_char * nbytes).from_buffer(out)
@@ -48,7 +54,7 @@ def _vm_read(pid: int, address: int, nbytes: int) -> bytearray:
             raise Unreadable(f"process_vm_readv at {address + done:#x}: {os.strerror(ctypes.get_errno()) or 'nothing read'}")
         done += got
     del buf
-    return out
+    return memoryview(out)[:nbytes] if out is into else out
 
 
 class RemoteMemory:
@@ -118,17 +124,41 @@ class RemoteMemory:
         self.opened = {}
 
 
+_scratch_local = threading.local()
+
+
+def _scratch(nbytes: int) -> bytearray:
+    """This thread's reusable read buffer, at least `nbytes` long (grown, never shrunk: it is as large
+    as one input tensor of the largest task judged)."""
+    buf = getattr(_scratch_local, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _scratch_local.buf = bytearray(nbytes)
+    return buf
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two flat uint8 tensors hold the same bytes, compared as the widest integers that divide
+    their length (torch.equal on uint8 runs about 6x slower than on int64 on a CPU: 16 MiB in 11 ms)."""
+    if a.numel() != b.numel():
+        return False
+    for dtype, size in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+        if a.numel() % size == 0 and a.data_ptr() % size == 0 and b.data_ptr() % size == 0:
+            return torch.equal(a.view(dtype), b.view(dtype))
+    return torch.equal(a, b)
+
+
 def inputs_unchanged(pid: int, ranges: list[tuple[int, int]], leaf_ranges: list, values: list) -> bool:
     """Whether a CPU side's private view of one slot still holds what the parent generated: its
     mapping is read back from the side's memory (writes to a private mapping never reach the parent's)."""
     if not ranges:
         return False
     base = min(lo for lo, _ in ranges)
+    scratch = _scratch(max((w[1] for w in leaf_ranges if w is not None), default=0))
     for where, value in zip(leaf_ranges, values):
         if where is None or not where[1]:
             continue
-        got = _vm_read(pid, base + where[0], where[1])
-        if bytes(got) != value.reshape(-1).view(torch.uint8).numpy().tobytes():
+        got = torch.frombuffer(_vm_read(pid, base + where[0], where[1], into=scratch), dtype=torch.uint8)
+        if not same_bytes(got, value.reshape(-1).view(torch.uint8)):
             return False
     return True
 
