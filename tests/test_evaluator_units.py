@@ -148,3 +148,34 @@ def test_input_bytes_compare_equal_and_find_one_changed_byte_at_any_width(nbytes
         assert not same_bytes(a, b)
     assert not same_bytes(a, a[:-1].clone())
     assert same_bytes(a[1:], a.clone()[1:])  # views at odd addresses are compared too
+
+
+def test_input_slots_are_budgeted_on_outputs_too():
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.evaluator import _output_bytes, _slot_budget
+    from cuda_l1.tasks import Task
+
+    config = EvalConfig(device="cpu", input_memory_bytes=28 << 30)
+    # KernelBench level 1 task 7 (M=N=32768, K=32): 8 MiB of inputs, a 4 GiB output per call.
+    assert _slot_budget(config, 8 << 20, 4 << 30) == 1
+    assert _slot_budget(config, 8 << 20) == 256  # unknown output: taken to be input-sized
+    source = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def get_inputs():
+    return [torch.randn(4096, 32), torch.randn(32, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+    assert _output_bytes(Task(name="small_k", level=1, source=source)) == 4096 * 4096 * 4
+    bad = source.replace("return a @ b", "return a[: int(a.sum().item() > 0) + 1] @ b")
+    assert _output_bytes(Task(name="item", level=1, source=bad)) is None  # not on the meta device: unknown

@@ -34,7 +34,7 @@ from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict, clean_text
 from cuda_l1.tasks import Task, source_id
-from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module
+from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module, meta_footprint
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -73,16 +73,29 @@ def timing_core(config: EvalConfig) -> int | None:
     return _idlest(allowed) if len(allowed) > 1 else (allowed[0] if allowed else None)
 
 
-def _slot_budget(config: EvalConfig, input_bytes: int) -> int:
+def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int | None = None) -> int:
     """Slots per side: the inputs of a window live three times (generated, and in each side's buffer)
-    and each side keeps its outputs until they are read (taken to be about as large)."""
+    and each side keeps the outputs of two windows (this one's and the last one's) until they are
+    read. `output_bytes` (one call's, from a meta-device run) is taken to be as large as the inputs
+    when unknown: a small-input task with a large output (KernelBench's matmul with K=32: 4 MiB in,
+    1 GiB out) would otherwise get 256 slots and exhaust the GPU."""
     if config.input_memory_bytes:
         budget = config.input_memory_bytes
     elif config.device.startswith("cuda"):
         budget = torch.cuda.get_device_properties(torch.device(config.device)).total_memory // 5
     else:
         budget = 1 << 30
-    return max(1, min(MAX_SLOTS, budget // max(5 * input_bytes, 1)))
+    out = input_bytes if output_bytes is None else output_bytes
+    return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * out, 1)))
+
+
+def _output_bytes(task: Task) -> int | None:
+    """Bytes of one call's outputs, from the reference run on torch's meta device (no memory, no
+    kernels); None when the reference cannot run there (a data-dependent shape, an explicit device)."""
+    try:
+        return meta_footprint(task.source)["output_bytes"]
+    except Exception:  # noqa: BLE001 - only a budget hint: the input-sized guess stands in
+        return None
 
 
 class TaskEnv:
@@ -101,7 +114,7 @@ class TaskEnv:
         check_init_args(inputs_mod.make_init_inputs(module, self.init_seed), origin)
         check_forward_args(inputs_mod.make_inputs(module, 0, self.device), origin)
         self.source = InputSource(module, self.device, origin)
-        self.n_slots = _slot_budget(config, self.source.input_bytes())
+        self.n_slots = _slot_budget(config, self.source.input_bytes(), _output_bytes(task))
         self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
                                  if self.device.startswith("cuda") else config.sandbox.memory_bytes)
         self.read_paths: list[str] = []  # built extensions are handed to a side in its scratch directory
