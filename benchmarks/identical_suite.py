@@ -53,7 +53,8 @@ def main() -> None:
                 row = {"task": task.key, "repeat": repeat, "status": verdict.status, "raw": verdict.raw_speedup,
                        "score": verdict.speedup, "ci": verdict.ci, "reference_ms": verdict.reference_ms,
                        "candidate_ms": verdict.candidate_ms, "rounds": verdict.timing.get("rounds"),
-                       "seconds": round(time.perf_counter() - t0, 2)}
+                       "seconds": round(time.perf_counter() - t0, 2), "stopped": verdict.timing.get("stopped"),
+                       "phases_s": verdict.timing.get("phases_s")}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         finally:

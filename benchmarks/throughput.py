@@ -31,7 +31,7 @@ WRONG = """
 class ModelNew(Model):
     def forward(self, *args):
         out = super().forward(*args)
-        return [o * 1.01 for o in out] if isinstance(out, (list, tuple)) else out * 1.01
+        return [o * 1.1 for o in out] if isinstance(out, (list, tuple)) else out * 1.1
 """
 MUTATES = """
 
@@ -81,7 +81,8 @@ def main() -> None:
             statuses[result.verdict.status] += 1
             per_kind.setdefault(result.job.meta["kind"], Counter())[result.verdict.status] += 1
             print(f"{result.job.task.key:50s} {result.job.meta['kind']:8s} {result.verdict.status:14s} "
-                  f"{result.verdict.elapsed_s:6.1f}s", flush=True)
+                  f"{result.verdict.elapsed_s:6.1f}s {json.dumps(result.verdict.timing.get('phases_s') or {})}",
+                  flush=True)
     seconds = time.perf_counter() - started
     rate = len(jobs) / seconds * 60
     out = {"environment": environment(), "workers": args.workers, "candidates": len(jobs), "tasks": len(tasks),
