@@ -154,6 +154,7 @@ def test_input_slots_are_budgeted_on_outputs_too():
     from cuda_l1.evaluate.config import EvalConfig
     from cuda_l1.evaluate.evaluator import _output_bytes, _slot_budget
     from cuda_l1.tasks import Task
+    from cuda_l1.tasks.runtime import load_task_module
 
     config = EvalConfig(device="cpu", input_memory_bytes=28 << 30)
     # KernelBench level 1 task 7 (M=N=32768, K=32): 8 MiB of inputs, a 4 GiB output per call.
@@ -176,6 +177,6 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-    assert _output_bytes(Task(name="small_k", level=1, source=source)) == 4096 * 4096 * 4
+    assert _output_bytes(load_task_module(Task(name="small_k", level=1, source=source))) == 4096 * 4096 * 4
     bad = source.replace("return a @ b", "return a[: int(a.sum().item() > 0) + 1] @ b")
-    assert _output_bytes(Task(name="item", level=1, source=bad)) is None  # not on the meta device: unknown
+    assert _output_bytes(load_task_module(Task(name="item", level=1, source=bad))) is None  # not on meta: unknown

@@ -31,10 +31,11 @@ from cuda_l1.evaluate.referee import Referee
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, load_side, mapped_inputs
 from cuda_l1.evaluate.remote import RemoteMemory
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
+from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict, clean_text
 from cuda_l1.tasks import Task, source_id
-from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module, meta_footprint
+from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module, module_footprint
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -89,11 +90,11 @@ def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int | None 
     return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * out, 1)))
 
 
-def _output_bytes(task: Task) -> int | None:
-    """Bytes of one call's outputs, from the reference run on torch's meta device (no memory, no
-    kernels); None when the reference cannot run there (a data-dependent shape, an explicit device)."""
+def _output_bytes(module) -> int | None:
+    """Bytes of one call's outputs, from the reference (its loaded module) run on torch's meta device
+    (no memory, no kernels); None when it cannot run there (a data-dependent shape, an explicit device)."""
     try:
-        return meta_footprint(task.source)["output_bytes"]
+        return module_footprint(module)["output_bytes"]
     except Exception:  # noqa: BLE001 - only a budget hint: the input-sized guess stands in
         return None
 
@@ -101,8 +102,8 @@ def _output_bytes(task: Task) -> int | None:
 class TaskEnv:
     """What every evaluation of one task shares: the reference's side, the input source, the probe."""
 
-    def __init__(self, task: Task, config: EvalConfig, build: Callable | None):
-        self.task, self.config, self.build = task, config, build
+    def __init__(self, task: Task, config: EvalConfig, build: Callable | None, supply: SideSupply):
+        self.task, self.config, self.build, self.supply = task, config, build, supply
         self.device = config.device
         self.core = timing_core(config)
         self.threads = config.threads or 1
@@ -114,7 +115,7 @@ class TaskEnv:
         check_init_args(inputs_mod.make_init_inputs(module, self.init_seed), origin)
         check_forward_args(inputs_mod.make_inputs(module, 0, self.device), origin)
         self.source = InputSource(module, self.device, origin)
-        self.n_slots = _slot_budget(config, self.source.input_bytes(), _output_bytes(task))
+        self.n_slots = _slot_budget(config, self.source.input_bytes(), _output_bytes(module))
         self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
                                  if self.device.startswith("cuda") else config.sandbox.memory_bytes)
         self.read_paths: list[str] = []  # built extensions are handed to a side in its scratch directory
@@ -125,9 +126,12 @@ class TaskEnv:
         self.start_reference()
 
     def start_side(self, memory_limit: int | None = None) -> SideProcess:
-        """A fresh side; a candidate's may hold what the reference's measured peak allows."""
+        """A fresh side (from the supply: maybe started ahead); a candidate's may hold what the
+        reference's measured peak allows."""
         limit = memory_limit or side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
-        return SideProcess.start(self.config.sandbox, self.device, self.read_paths, self.core, memory_limit=limit)
+        kind = SideKind(repr(self.config.sandbox), self.device, tuple(self.read_paths), self.core)
+        return self.supply.take(kind, lambda lim: SideProcess.start(self.config.sandbox, self.device, self.read_paths,
+                                                                    self.core, memory_limit=lim), limit)
 
     def note_reference_memory(self) -> int:
         """Read what the reference's side holds now; returns the candidate limit it implies."""
@@ -178,31 +182,10 @@ class TaskEnv:
         self.close_reference()
 
 
-class ChildSupply:
-    """Hands out fresh candidate sides. With pre-warming, a spare is started ahead of time so that its
-    interpreter start, torch import and device context overlap the previous candidate's evaluation;
-    every candidate still gets a brand-new process."""
-
-    def __init__(self, env: TaskEnv, prewarm: bool):
-        self.env = env
-        self.prewarm = prewarm
-        self.spare: SideProcess | None = None
-
-    def take(self) -> SideProcess:
-        child = self.spare if self.spare is not None and self.spare.exit_info().reason == "running" else None
-        if child is None and self.spare is not None:
-            self.spare.close(graceful=False)
-        self.spare = None
-        if child is None:
-            child = self.env.start_side()
-        if self.prewarm:
-            self.spare = self.env.start_side()
-        return child
-
-    def close(self) -> None:
-        if self.spare is not None:
-            self.spare.close(graceful=False)
-            self.spare = None
+def prewarm_of(config: EvalConfig) -> bool:
+    """Whether sides are started ahead: on a GPU unless told (on a CPU a warming side would compete
+    with the timed calls for the cores)."""
+    return config.prewarm if config.prewarm is not None else config.device.startswith("cuda")
 
 
 def needs_remeasure(verdict: Verdict, config: EvalConfig, best_known: float | None = None) -> bool:
@@ -236,7 +219,9 @@ def merge_remeasure(first: Verdict, again: Verdict, where: str) -> Verdict:
 class Evaluator:
     """Evaluates any number of candidates for one task; the reference's side is prepared once."""
 
-    def __init__(self, task: Task, config: EvalConfig | None = None, build: Callable | None = None):
+    def __init__(self, task: Task, config: EvalConfig | None = None, build: Callable | None = None,
+                 supply: SideSupply | None = None):
+        """`supply`: fresh sides shared with other evaluators (a worker's); by default its own."""
         config = dataclasses.replace(config or EvalConfig())  # the caller's config is never changed
         config.device = normalize_device(config.device)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -249,9 +234,9 @@ class Evaluator:
         self.config = config
         self.task = task
         self.build = build if build is not None else default_builder(config)
-        self.env = TaskEnv(task, config, self.build)
-        prewarm = config.prewarm if config.prewarm is not None else config.device.startswith("cuda")
-        self.supply = ChildSupply(self.env, prewarm)
+        self.own_supply = supply is None
+        self.supply = supply if supply is not None else SideSupply(prewarm_of(config), spares=1)
+        self.env = TaskEnv(task, config, self.build, self.supply)
 
     def evaluate(self, source: str, remeasure: bool = True, thresholds: tuple[float, ...] = ()) -> Verdict:
         """One verdict. `thresholds`: speedups the caller decides at (bucket edges, the best so far);
@@ -270,7 +255,7 @@ class Evaluator:
         findings = static_scan.scan(source)
         if env.ref is None:
             env.start_reference()
-        cand = self.supply.take()
+        cand = env.start_side()
         referee = Referee(env, cand, source, config, deadline=started + config.timeout_s, thresholds=thresholds)
         try:
             with referee.phase("load"):
@@ -344,7 +329,7 @@ class Evaluator:
 
     def close(self) -> None:
         """Stop the spare and the reference's side (also done when the evaluator is garbage-collected)."""
-        if getattr(self, "supply", None) is not None:
+        if getattr(self, "supply", None) is not None and self.own_supply:
             self.supply.close()
         if getattr(self, "env", None) is not None:
             self.env.close()

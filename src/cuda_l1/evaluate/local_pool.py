@@ -58,13 +58,19 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     from cuda_l1.evaluate import lifeline
 
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
-    from cuda_l1.evaluate.evaluator import Evaluator
+    from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
+    from cuda_l1.evaluate.side_supply import SideSupply
 
-    evaluators = Evaluators(lambda task: Evaluator(task, dataclasses.replace(config, device=device)))
+    config = dataclasses.replace(config, device=device)
+    # One supply for all of the worker's tasks: the sides a new task needs (its reference's and its
+    # first candidate's) were started during the previous task's evaluations.
+    supply = SideSupply(prewarm_of(config), spares=2)
+    evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply))
     while True:
         item = inbox.get()
         if item is None:
             evaluators.close()
+            supply.close()
             return
         job_id, task, source, best, thresholds = item
         try:

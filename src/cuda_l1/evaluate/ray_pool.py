@@ -50,13 +50,17 @@ class EvalWorker:
     def __init__(self, device: str, config: EvalConfig):
         # Ray pins the actor's GPU through CUDA_VISIBLE_DEVICES, so "cuda" here is that one GPU.
         self.device = "cuda" if device.startswith("cuda") else "cpu"
-        self.config = config
+        self.config = dataclasses.replace(config, device=self.device)
         self.evaluators = Evaluators(self._make)
+        self.supply = None  # fresh sides shared by this actor's evaluators (side_supply.py)
 
     def _make(self, task):
-        from cuda_l1.evaluate.evaluator import Evaluator
+        from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
+        from cuda_l1.evaluate.side_supply import SideSupply
 
-        return Evaluator(task, dataclasses.replace(self.config, device=self.device))
+        if self.supply is None:
+            self.supply = SideSupply(prewarm_of(self.config), spares=2)
+        return Evaluator(task, self.config, supply=self.supply)
 
     def info(self) -> dict:
         import torch

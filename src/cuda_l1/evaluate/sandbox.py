@@ -164,6 +164,18 @@ class SideProcess:
         self.peak_memory = max(self.peak_memory, used)
         return used
 
+    def set_memory_limit(self, nbytes: int) -> bool:
+        """Set the limit of a side not yet given work (a spare handed to a task: side_supply.py), up
+        or down. False when it cannot change: a CPU side whose limit is an address-space limit fixed
+        at its start (no cgroup counts its memory)."""
+        counted = self.group is not None and self.group.memory_bytes() is not None
+        if self.device == "cpu" and not counted:
+            return nbytes == self.memory_limit
+        self.memory_limit = nbytes  # the watchdog (watch) enforces it; the cgroup too where it counts
+        if counted:
+            self.group.limit_memory(nbytes + self.config.shm_bytes)
+        return True
+
     def allow_memory(self, nbytes: int) -> None:
         """Raise the side's memory limit (never lower it): the task's reference turned out larger."""
         if nbytes > self.memory_limit:

@@ -212,10 +212,15 @@ def describe_task(task: Task, on_meta: bool = False) -> dict:
 def meta_footprint(source: str) -> dict[str, int]:
     """Elements and bytes of a task's inputs and outputs and its parameter count, with forward run on
     torch's meta device: shapes only, no memory (how GPU sizes are checked on a machine without one)."""
-    import torch
-
     module = types.ModuleType("task_footprint")
     exec(compile(source, "<task>", "exec"), module.__dict__)
+    return module_footprint(module)
+
+
+def module_footprint(module) -> dict[str, int]:
+    """meta_footprint of a task module already loaded (its module-level code is not run again)."""
+    import torch
+
     with torch.device("meta"):
         inputs = module.get_inputs()
         model = module.Model(*module.get_init_inputs())
