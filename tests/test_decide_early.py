@@ -73,3 +73,17 @@ def test_verdicts_with_and_without_early_stops_are_filed_apart():
     keys = {EvalConfig(device="cpu", timing=dataclasses.replace(base.timing, **change)).config_key()
             for change in ({}, {"decide_early": False}, {"decide_margin": 0.1})}
     assert len(keys) == 3 and base.config_key() in keys
+
+
+def test_the_time_cap_never_ends_timing_before_min_rounds():
+    """One round gives an interval of no width: a lucky one would score as a sure speedup."""
+    assert timing.stop_reason(1, est(1.28, 1.28), 99.0, **CAPS) is None
+    assert timing.stop_reason(11, est(1.2, 1.3), 99.0, **CAPS) is None
+    assert timing.stop_reason(12, est(1.2, 1.3), 99.0, **CAPS) == "time"
+
+
+def test_too_few_rounds_for_an_interval_score_one():
+    from cuda_l1.evaluate.speedup_stats import conservative_speedup, speedup_ci
+
+    point, lo, hi = speedup_ci([1.28, 1.30], [1.0, 1.0])
+    assert point > 1.2 and conservative_speedup(point, lo, hi) == 1.0

@@ -33,7 +33,8 @@ def get_init_inputs():
     return []
 """
 CANDIDATE = REFERENCE.replace("class Model(", "class ModelNew(")
-SAME_PROGRAM = CANDIDATE.replace("return torch.relu(x) * 2.0", "return torch.relu(x) * 2.0  # same, commented")
+# Differs only in a comment: still a program of its own (it could read its comments through linecache).
+LAYOUT_TWIN = CANDIDATE.replace("return torch.relu(x) * 2.0", "return torch.relu(x) * 2.0  # same, commented")
 TASK = Task(name="1_Relu2", level=1, source=REFERENCE)
 
 
@@ -61,46 +62,57 @@ def _store(tmp_path) -> tuple[Store, list[str]]:
     store = Store(tmp_path / "history.sqlite")
     store.add_task(TASK)
     ids = [store.add_candidate(TASK.id, code, Origin(kind="strategy", strategy="eager"))[0]
-           for code in (CANDIDATE, SAME_PROGRAM)]
+           for code in (CANDIDATE, LAYOUT_TWIN)]
     return store, ids
 
 
-def test_a_program_under_way_is_waited_for_and_one_judged_is_not_sent_again(tmp_path):
+def test_a_source_under_way_is_waited_for_and_one_judged_is_not_sent_again(tmp_path):
     store, (first, second) = _store(tmp_path)
     pool = HeldPool()
     engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
     a = engine.submit(TASK, first, CANDIDATE)
-    b = engine.submit(TASK, second, SAME_PROGRAM)  # same program (comments differ): waits for a
+    b = engine.submit(TASK, first, CANDIDATE)  # the same source again: waits for a
     assert len(pool.jobs) == 1 and not a.done() and not b.done()
     pool.answer(0)
     judged_a, judged_b = a.result(timeout=10), b.result(timeout=10)
     assert (judged_a.reused, judged_a.stored) == (False, True)
     assert judged_b.reused and judged_b.verdict.candidate_id == first and not judged_b.stored
-    again = engine.submit(TASK, second, SAME_PROGRAM)  # the store has it now
+    again = engine.submit(TASK, first, CANDIDATE)  # the store has it now
     assert again.done() and again.result().reused and len(pool.jobs) == 1
     assert store.verdict_for(first, "test-gpu", "k", task_id=TASK.id).status == "ok"
-    assert store.verdict_for(second, "test-gpu", "k", task_id=TASK.id) is None
     assert engine.evaluations == 1 and engine.best_speedup(TASK.id) == 1.5
 
 
-def test_reports_get_a_row_per_duplicate_and_an_unknown_device_is_learnt(tmp_path):
-    store, (first, second) = _store(tmp_path)
-    pool = HeldPool()
-    engine = Engine(store, pool, device_key=None, config_key="k", run_id=None, record_duplicates=True)
-    assert engine.best_speedup(TASK.id) is None
-    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, SAME_PROGRAM)
-    pool.answer(0, device="NVIDIA H200")
-    assert a.result(timeout=10).stored and b.result(timeout=10).stored
-    assert engine.device_key == "NVIDIA H200"
-    copy = store.verdict_for(second, "NVIDIA H200", "k", task_id=TASK.id)
-    assert copy.candidate_id == second and copy.timing["judged_as"] == first
-
-
-def test_a_failing_pool_reaches_every_waiter_and_frees_the_program(tmp_path):
+def test_sources_that_differ_only_in_layout_are_judged_each(tmp_path):
     store, (first, second) = _store(tmp_path)
     pool = HeldPool()
     engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
-    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, SAME_PROGRAM)
+    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, LAYOUT_TWIN)
+    assert len(pool.jobs) == 2
+    pool.answer(0)
+    pool.answer(1, status="incorrect")  # a twin may behave otherwise: its verdict is its own
+    assert a.result(timeout=10).verdict.ok and b.result(timeout=10).verdict.status == "incorrect"
+    assert not b.result().reused and store.verdict_for(second, "test-gpu", "k", task_id=TASK.id).status == "incorrect"
+    assert engine.submit(TASK, second, LAYOUT_TWIN).result(timeout=10).verdict.status == "incorrect"
+
+
+def test_an_unknown_device_is_learnt_from_the_first_verdict(tmp_path):
+    store, (first, _) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key=None, config_key="k", run_id=None)
+    assert engine.best_speedup(TASK.id) is None
+    a = engine.submit(TASK, first, CANDIDATE)
+    pool.answer(0, device="NVIDIA H200")
+    assert a.result(timeout=10).stored and engine.device_key == "NVIDIA H200"
+    assert store.verdict_for(first, "NVIDIA H200", "k", task_id=TASK.id).ok
+    assert engine.submit(TASK, first, CANDIDATE).result(timeout=10).reused
+
+
+def test_a_failing_pool_reaches_every_waiter_and_frees_the_source(tmp_path):
+    store, (first, _) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, first, CANDIDATE)
     pool.futures[0].set_exception(RuntimeError("worker lost"))
     for future in (a, b):
         with pytest.raises(RuntimeError, match="worker lost"):
@@ -118,9 +130,9 @@ def test_real_evaluations_through_a_local_pool(tmp_path):
     with LocalPool("cpu", config, workers=1) as pool:
         engine = Engine(store, pool, device_key="cpu-test", config_key=config.config_key(), run_id=None)
         results = [engine.submit(TASK, cid, code).result(timeout=300)
-                   for cid, code in ((first, CANDIDATE), (second, SAME_PROGRAM))]
-    assert [r.verdict.status for r in results] == ["ok", "ok"] and [r.reused for r in results] == [False, True]
-    assert engine.evaluations == 1
+                   for cid, code in ((first, CANDIDATE), (first, CANDIDATE), (second, LAYOUT_TWIN))]
+    assert [r.verdict.status for r in results] == ["ok"] * 3 and [r.reused for r in results] == [False, True, False]
+    assert engine.evaluations == 2
 
 
 class RefusingPool:
@@ -134,7 +146,7 @@ def test_a_pool_that_refuses_frees_the_program_for_the_next_try(tmp_path):
     with pytest.raises(RuntimeError, match="no workers left"):
         engine.submit(TASK, first, CANDIDATE).result(timeout=10)
     with pytest.raises(RuntimeError, match="no workers left"):  # not a follower of a dead evaluation
-        engine.submit(TASK, second, SAME_PROGRAM).result(timeout=10)
+        engine.submit(TASK, first, CANDIDATE).result(timeout=10)
 
 
 def test_a_pool_closed_before_judging_stores_nothing(tmp_path):
@@ -151,20 +163,6 @@ def test_a_pool_closed_before_judging_stores_nothing(tmp_path):
     assert store.verdict_for(first, "test-gpu", "k", task_id=TASK.id) is None  # judged again on resume
 
 
-def test_a_duplicates_copy_is_not_a_second_reference_sample(tmp_path):
-    store, (first, second) = _store(tmp_path)
-    pool = HeldPool()
-    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None, record_duplicates=True)
-    a, b = engine.submit(TASK, first, CANDIDATE), engine.submit(TASK, second, SAME_PROGRAM)
-    job = pool.jobs[0]
-    verdict = Verdict(status="ok", speedup=1.2, device="test-gpu", task_id=TASK.id, candidate_id=job.key,
-                      reference_ms=2.0, candidate_ms=1.6)
-    pool.futures[0].set_result(EvalResult(job, verdict, "w0"))
-    assert a.result(timeout=10).stored and b.result(timeout=10).stored
-    timing = store.reference_timing(TASK.id, "test-gpu", verdict.versions)
-    assert timing is not None and timing["samples_ms"] == [2.0], timing  # one measurement, counted once
-
-
 @pytest.mark.parametrize("failed_check", ["evaluator", "reference_ran", "gpu_health_after"])
 def test_a_failure_of_the_evaluation_itself_is_judged_again_not_reused(tmp_path, failed_check):
     store, (first, second) = _store(tmp_path)
@@ -173,20 +171,43 @@ def test_a_failure_of_the_evaluation_itself_is_judged_again_not_reused(tmp_path,
     a = engine.submit(TASK, first, CANDIDATE)
     pool.answer(0, status="runtime_error", checks=[Check(failed_check, False, "the harness failed")])
     assert a.result(timeout=10).stored and not a.result().verdict.settled
-    twin = engine.submit(TASK, second, SAME_PROGRAM)  # its program's stored verdict is not a finding about it
-    same = engine.submit(TASK, first, CANDIDATE)  # nor for the candidate itself
-    assert len(pool.jobs) == 2 and not twin.done() and not same.done()
+    again = engine.submit(TASK, first, CANDIDATE)  # its stored verdict is not a finding about it
+    follower = engine.submit(TASK, first, CANDIDATE)
+    assert len(pool.jobs) == 2 and not again.done() and not follower.done()
     pool.answer(1)
-    assert twin.result(timeout=10).verdict.ok and not twin.result().reused
-    assert same.result(timeout=10).reused and same.result().verdict.ok
+    assert again.result(timeout=10).verdict.ok and not again.result().reused
+    assert follower.result(timeout=10).reused and follower.result().verdict.ok
 
 
-def test_a_failure_the_candidate_caused_stands_for_its_twins(tmp_path):
+def test_a_failure_the_candidate_caused_stands(tmp_path):
     store, (first, second) = _store(tmp_path)
     pool = HeldPool()
     engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
     a = engine.submit(TASK, first, CANDIDATE)
     pool.answer(0, status="runtime_error", checks=[Check("runs_to_completion", False, "it raised")])
     assert a.result(timeout=10).verdict.settled
-    twin = engine.submit(TASK, second, SAME_PROGRAM)
-    assert twin.done() and twin.result().reused and len(pool.jobs) == 1
+    again = engine.submit(TASK, first, CANDIDATE)
+    assert again.done() and again.result().reused and len(pool.jobs) == 1
+
+
+# Two sources with one normalised hash that compile to different programs: in the first, a lone `\`
+# continues `CHEAT = True` into the method's body; in the second it runs at module level.
+CONTINUED = CANDIDATE + "\n    def _unused(self):\n        pass\n\\\n        CHEAT = True\n"
+AT_MODULE_LEVEL = CANDIDATE + "\n    def _unused(self):\n        pass\nCHEAT = True\n"
+
+
+def test_sources_with_one_normalised_hash_are_judged_each(tmp_path):
+    from cuda_l1.store import norm_hash
+
+    assert norm_hash(CONTINUED) == norm_hash(AT_MODULE_LEVEL)  # grouped in listings, never in verdicts
+    store = Store(tmp_path / "history.sqlite")
+    store.add_task(TASK)
+    ids = [store.add_candidate(TASK.id, c, Origin(kind="strategy", strategy="eager"))[0]
+           for c in (CONTINUED, AT_MODULE_LEVEL)]
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    first = engine.submit(TASK, ids[0], CONTINUED)
+    pool.answer(0)
+    assert first.result(timeout=10).verdict.ok
+    second = engine.submit(TASK, ids[1], AT_MODULE_LEVEL)
+    assert not second.done() and len(pool.jobs) == 2 and pool.jobs[1].source == AT_MODULE_LEVEL

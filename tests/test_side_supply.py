@@ -33,6 +33,18 @@ class Started:
         self.closed = True
         return ""
 
+    calls: list = []
+
+    def freeze(self):
+        Started.calls.append(("freeze", self.id))
+        if getattr(self, "unstoppable", False):
+            from cuda_l1.evaluate.sandbox import ChildFailure
+
+            raise ChildFailure("rejected", "could not be stopped")
+
+    def thaw(self):
+        Started.calls.append(("thaw", self.id))
+
 
 A = SideKind("sandbox-a", "cuda", (), None)
 B = SideKind("sandbox-b", "cuda", (), None)
@@ -67,6 +79,26 @@ def test_without_prewarming_nothing_is_started_ahead():
     supply = SideSupply(prewarm=False)
     supply.take(A, lambda lim: Started(lim), 100)
     assert supply._ready == []
+
+
+def test_warming_spares_are_stopped_for_a_window_and_resumed_after(monkeypatch):
+    from cuda_l1.evaluate import side_supply
+
+    supply = SideSupply(prewarm=True, spares=2)
+    supply.take(A, lambda lim: Started(lim), 100)
+    first, second = (p for _, p in supply._ready)
+    second.unstoppable = True
+    Started.calls.clear()
+    settled = []
+    with supply.stopped(settle=lambda: settled.append(True)):
+        assert Started.calls == [("freeze", first.id), ("freeze", second.id)] and settled == [True]
+        assert second.closed and [p for _, p in supply._ready] == [first]  # one that cannot stop is dropped
+    assert Started.calls[-1] == ("thaw", first.id)
+    monkeypatch.setattr(side_supply, "WARMING_S", 0.0)  # warm spares are idle: nothing to stop
+    Started.calls.clear()
+    with supply.stopped(settle=lambda: settled.append(True)):
+        pass
+    assert Started.calls == [] and settled == [True]
 
 
 REFERENCE = """

@@ -115,7 +115,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     if not todo:  # a finished run resumed: no pool is started
         return counts
     with make_pool(cluster, config.device, config, workers) as pool:
-        engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id, record_duplicates=True)
+        engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
         futures = {engine.submit(cand.task, cid, cand.source): cand for cand, cid in todo}
         with EvalProgress(engine.evaluations, enabled=progress) as bar:
             for future in as_completed(futures):

@@ -4,24 +4,24 @@ three training stages submit here.
     engine = Engine(store, pool, device_key="NVIDIA H200", config_key=config.config_key(), run_id=run)
     judged = engine.submit(task, candidate_id, code).result()   # a Judged: verdict, reused or not
 
-A program (normalised code) is judged once per task, device and settings: a candidate whose own
-verdict is stored, or whose program has a stored verdict, is not evaluated again, and one whose
-program is being evaluated right now waits for that evaluation. Every new verdict is stored as soon
+A program (its exact source) is judged once per task, device and settings: a candidate whose settled
+verdict is stored is not evaluated again, and one whose source is being evaluated right now waits for
+that evaluation. Exact source, not a normalised form: a program can read its own layout (line numbers,
+comments through linecache), so two sources that differ only in layout may behave differently. Every new verdict is stored as soon
 as the pool returns it, so a kill loses nothing already judged. Callers differ only in how they wait
 (a thread, asyncio through `asyncio.wrap_future`, a progress bar over `as_completed`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from cuda_l1.evaluate.jobs import EvalJob, EvalPool
 from cuda_l1.evaluate.verdict import Verdict
-from cuda_l1.store import Store, norm_hash
-from cuda_l1.tasks import Task
+from cuda_l1.store import Store
+from cuda_l1.tasks import Task, source_id
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Judged:
 
     candidate_id: str
     verdict: Verdict
-    reused: bool  # not evaluated for this candidate: its own or its program's verdict was known or under way
+    reused: bool  # not evaluated for this submission: its verdict was known or under way
     stored: bool  # this submission stored a verdict row (for this candidate)
 
 
@@ -38,7 +38,7 @@ class Engine:
     """Judges candidates through a pool and files every verdict in the store, each program once."""
 
     def __init__(self, store: Store, pool: EvalPool | None, *, device_key: str | None, config_key: str,
-                 run_id: int | None, record_duplicates: bool = False, file_by_verdict_device: bool = False):
+                 run_id: int | None, file_by_verdict_device: bool = False):
         self.store = store
         self.pool = pool
         # The device name verdicts are matched under (devices.device_key). None: the name the first verdict
@@ -50,12 +50,9 @@ class Engine:
         self.file_by_verdict_device = file_by_verdict_device
         self.config_key = config_key
         self.run_id = run_id
-        # Also file a duplicate's verdict under its own candidate id (reports that list every candidate,
-        # such as bench and audit, need one row each; the optimizer's exemplars must not repeat a program).
-        self.record_duplicates = record_duplicates
         self.evaluations = 0  # programs sent to the pool by this engine
         self._lock = threading.Lock()  # guards _in_flight, evaluations, device_key; never held across calls out
-        self._in_flight: dict[tuple[str, str], Future] = {}  # (task id, norm hash) -> its (verdict, stored)
+        self._in_flight: dict[tuple[str, str], Future] = {}  # (task id, source id) -> its (verdict, stored)
 
     def best_speedup(self, task_id: str) -> float | None:
         """The best verified speedup on this device under these settings (for the re-measure rule)."""
@@ -70,17 +67,14 @@ class Engine:
         if self.device_key is None:
             return None
         own = self.store.verdict_for(candidate_id, self.device_key, self.config_key, task_id=task.id)
-        if own is not None and own.settled:
-            return own
-        twin = self.store.find_evaluated_duplicate(task.id, code, self.device_key, self.config_key)
-        return twin if twin is not None and twin.settled else None  # an evaluation's own failure is retried
+        return own if own is not None and own.settled else None  # an evaluation's own failure is retried
 
     def submit(self, task: Task, candidate_id: str, code: str, *, best_known: float | None = None,
                thresholds: tuple[float, ...] = (), meta: dict | None = None) -> Future:
         """A future of the candidate's Judged (or of the error that prevented it). The candidate must be
         in the store already. `thresholds`: speedups the caller decides at (EvalJob.thresholds)."""
         out: Future = Future()
-        key = (task.id, norm_hash(code))
+        key = (task.id, source_id(code))
         try:
             with self._lock:
                 running = self._in_flight.get(key)
@@ -157,10 +151,5 @@ class Engine:
         out.set_result(judged)
 
     def _reuse(self, task: Task, candidate_id: str, verdict: Verdict) -> Judged:
-        stored = False
-        if self.record_duplicates and verdict.candidate_id != candidate_id and self.device_key:
-            copy = dataclasses.replace(verdict, candidate_id=candidate_id,
-                                       timing={**verdict.timing, "judged_as": verdict.candidate_id})
-            stored = self.store.record_verdict(candidate_id, copy, self.run_id, self.device_key, self.config_key,
-                                               task_id=task.id, reference_sample=False)
-        return Judged(candidate_id, verdict, reused=True, stored=stored)
+        """The same source judged before or meanwhile: its candidate row already holds the verdict."""
+        return Judged(candidate_id, verdict, reused=True, stored=False)

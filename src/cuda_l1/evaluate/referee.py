@@ -110,9 +110,21 @@ class Referee:
         inputs are written inside the window, so that nothing a side left waiting for them (a stream
         blocked on a word of its buffer, say) can run anywhere but in its own window; the flush then
         comes before the write, and inputs may be found in the cache (alike for both sides)."""
-        proc, quiet = side.proc, self.env.quiet
         count = len(slots) if written is None else written
         gpu = self.config.device.startswith("cuda")
+        with self.env.supply.stopped(settle=lambda: self._settle_device(timeout)):
+            self._timed_window(side, slots, timeout, signals, inputs, count, gpu)
+
+    def _settle_device(self, timeout: float) -> None:
+        """Wait until work a stopped spare left on the device is done (best effort: it is trusted)."""
+        try:
+            self.env.quiet.wait_idle(min(timeout, 5.0))
+        except TimeoutError:
+            pass
+
+    def _timed_window(self, side: Side, slots: list[int], timeout: float, signals: bool,
+                      inputs: list[list] | None, count: int, gpu: bool) -> None:
+        proc, quiet = side.proc, self.env.quiet
         if not gpu:  # a stopped CPU side cannot react to the write: write, then flush, then time
             self._write_inputs(side, inputs, count)
         quiet.flush()

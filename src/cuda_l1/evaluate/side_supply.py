@@ -13,10 +13,16 @@ out, from the task's reference (side_memory.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 from typing import Callable
 
-from cuda_l1.evaluate.sandbox import SideProcess
+from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
+
+# Seconds a new side may spend starting (interpreter, torch, the GPU context); spares younger than
+# this are stopped during every timed window, so their start never runs beside one.
+WARMING_S = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +42,7 @@ class SideSupply:
         self.prewarm = prewarm
         self.spares = max(1, spares)
         self._ready: list[tuple[SideKind, SideProcess]] = []
+        self._started: dict[int, float] = {}  # id(spare) -> when it was started
         self.handed_out = 0  # sides given to evaluations
         self.warm_handed_out = 0  # of them, ones started ahead
 
@@ -60,8 +67,43 @@ class SideSupply:
             self.warm_handed_out += 1
         if self.prewarm:
             while len(self._ready) < self.spares:
-                self._ready.append((kind, start(memory_limit)))
+                spare = start(memory_limit)
+                self._started[id(spare)] = time.monotonic()
+                self._ready.append((kind, spare))
+        self._started = {id(p): self._started[id(p)] for _, p in self._ready if id(p) in self._started}
         return child
+
+    def warming(self) -> list[SideProcess]:
+        """Spares still starting (and so maybe busy on the CPU or the GPU)."""
+        now = time.monotonic()
+        return [p for _, p in self._ready if now - self._started.get(id(p), 0.0) < WARMING_S]
+
+    @contextlib.contextmanager
+    def stopped(self, settle: Callable[[], None] | None = None):
+        """Every warming spare stopped for the block (a timed window); `settle` then runs first (wait
+        until the device is idle: work a spare queued may still be running). A spare that cannot be
+        stopped is closed: it was only ever a spare."""
+        held = []
+        for spare in self.warming():
+            try:
+                spare.freeze()
+                held.append(spare)
+            except ChildFailure:
+                self._drop(spare)
+        if held and settle is not None:
+            settle()
+        try:
+            yield
+        finally:
+            for spare in held:
+                try:
+                    spare.thaw()
+                except ChildFailure:
+                    self._drop(spare)
+
+    def _drop(self, spare: SideProcess) -> None:
+        spare.close(graceful=False)
+        self._ready = [(k, p) for k, p in self._ready if p is not spare]
 
     def close(self) -> None:
         for _, spare in self._ready:

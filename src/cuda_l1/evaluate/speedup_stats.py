@@ -46,6 +46,8 @@ def speedup_ci(ref: list[float], cand: list[float], *, level: float = 0.95, resa
         return math.nan, math.nan, math.nan
     ref, cand = ref[:n], cand[:n]
     point = statistics.median(ref) / statistics.median(cand)
+    if n < 3:  # resampling one or two pairs gives an interval of no width: no interval at all
+        return point, math.nan, math.nan
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(n, (resamples, n), generator=gen)
     pairs = torch.tensor([ref, cand], dtype=torch.float64)

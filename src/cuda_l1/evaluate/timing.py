@@ -74,13 +74,15 @@ def stop_reason(rounds: int, est: Estimate | None, elapsed_s: float, *, min_roun
     it lies on one side of every speedup the caller decides at (a bucket edge, the best so far), clear
     of each by `margin` (relative), so more rounds would not change what the caller does. The margin
     is what keeps looking after every few rounds from deciding on noise: identical code on a busy CPU
-    strays about 5%. "rounds" / "time": the caps."""
+    strays about 5%. "rounds" / "time": the caps. Nothing stops timing before `min_rounds`, the time
+    cap included (the evaluation's own deadline bounds it): a speedup from one or two rounds has an
+    interval of no width, and so the score of a sure thing."""
     if rounds >= max_rounds:
         return "rounds"
-    if elapsed_s >= max_time_s:
-        return "time"
     if rounds < min_rounds or est is None:
         return None
+    if elapsed_s >= max_time_s:
+        return "time"
     if est.relative_width <= target_width:
         return "narrow"
     if thresholds and all(est.lo > t * (1 + margin) or est.hi < t * (1 - margin) for t in thresholds):

@@ -1,7 +1,9 @@
 """Identities of candidate code: the exact-content id and the normalised-code hash.
 
-Two candidates that differ only in comments, blank lines or spacing run the same program, so they
-share a `norm_hash` and are evaluated once. String contents are kept whole, line breaks and
+Two candidates that differ only in comments, blank lines or spacing share a `norm_hash`: listings
+show one of them (the fastest of a group, for prompts and training data). It never stands in for a
+verdict: each exact source is evaluated on its own (engine.py), since a program can read its own
+layout (its line numbers, its comments through linecache) and behave differently. String contents are kept whole, line breaks and
 indentation inside them included: a changed string literal can change what runs (an inline CUDA
 source, a macro continued over a blank line, exec'd code). Line ends are made `\n` first, the way the
 compiler reads them: a lone `\r` ends a line for `compile()` but not for `tokenize`, which would

@@ -12,8 +12,7 @@ import sqlite3
 from typing import Callable
 
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
-from cuda_l1.store.normalize import candidate_id as code_id
-from cuda_l1.store.normalize import norm_hash, stable_key
+from cuda_l1.store.normalize import stable_key
 from cuda_l1.store.records import (
     CANDIDATE_COLUMNS,
     CandidateRecord,
@@ -42,7 +41,8 @@ class VerdictQueries:
     def unevaluated_candidates(
         self, run_id: int, device: str, config_key: str | None = None
     ) -> list[CandidateRecord]:
-        """Candidates a run produced (or met again) whose normalised code has no verdict on this device yet.
+        """Candidates a run produced (or met again) with no verdict of their own on this device yet
+        (exact source: see engine.py for why not the normalised code).
 
         config_key=None accepts a verdict under any evaluation settings. In the order the run met them.
         """
@@ -52,8 +52,8 @@ class VerdictQueries:
             f"""SELECT {CANDIDATE_COLUMNS} FROM run_candidates rc
                 JOIN candidates c ON c.task_id = rc.task_id AND c.id = rc.candidate_id
                 WHERE rc.run_id = ? AND NOT EXISTS (
-                    SELECT 1 FROM candidates d JOIN verdicts v ON v.task_id = d.task_id AND v.candidate_id = d.id
-                    WHERE d.task_id = c.task_id AND d.norm_hash = c.norm_hash AND v.device = ? {key_filter})
+                    SELECT 1 FROM verdicts v
+                    WHERE v.task_id = c.task_id AND v.candidate_id = c.id AND v.device = ? {key_filter})
                 ORDER BY rc.seq""",
             params,
         )
@@ -72,23 +72,6 @@ class VerdictQueries:
             sql += " AND config_key = ?"
             params.append(stable_key(config_key))
         rows = self._read(sql + " ORDER BY id DESC LIMIT 1", params)
-        return Verdict.from_json(rows[0][0]) if rows else None
-
-    def find_evaluated_duplicate(
-        self, task_id: str, code: str, device: str, config_key: str | dict | None = None
-    ) -> Verdict | None:
-        """A verdict for code that normalises to the same as `code` (same task, same device), if any.
-
-        The returned verdict names the candidate that was actually evaluated.
-        """
-        sql = """SELECT v.verdict FROM verdicts v JOIN candidates c ON c.task_id = v.task_id AND c.id = v.candidate_id
-                 WHERE v.task_id = ? AND c.norm_hash = ? AND v.device = ? AND v.status != ?"""
-        params: list = [task_id, norm_hash(code), device, PARSE_ERROR]
-        if config_key is not None:
-            sql += " AND v.config_key = ?"
-            params.append(stable_key(config_key))
-        sql += " ORDER BY (v.candidate_id = ?) DESC, v.id DESC LIMIT 1"
-        rows = self._read(sql, params + [code_id(code)])
         return Verdict.from_json(rows[0][0]) if rows else None
 
     def correct_candidates(
