@@ -11,6 +11,8 @@
 #   throughput  a mixed batch through the local pool
 #   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
+#   ablations   where identical code's bias comes from: a launch-bound and a memory-bound task, each
+#               as is and with one difference between the sides removed (identical_rounds.py)
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
 set -u
 out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
@@ -36,6 +38,17 @@ step() {  # step NAME SECONDS COMMAND...
   return $rc
 }
 
+ablations() {  # identical code on a launch-bound and a memory-bound task, one side difference removed each time
+  local variant name
+  for variant in "" "--fresh-reference" "--checked-calls 1" "--cpu-core 3"; do
+    name="ablation${variant// /}"
+    echo "variant: ${variant:-as is}"
+    # shellcheck disable=SC2086  # the variant is one or two words
+    "$py" benchmarks/identical_rounds.py --device cuda --repeats 2 $variant \
+      --tasks tests/corpus/refs/many_small_ops.py,L1/07_SumOverDim --out "$out/${name}.json" | cut -c1-400
+  done
+}
+
 for s in "${steps[@]}"; do
   case "$s" in
     smoke)
@@ -59,6 +72,8 @@ for s in "${steps[@]}"; do
     sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;
     main-job) step main-job "${MAIN_JOB_S:-540}" bash -c \
         "time $py -m cuda_l1 optimize builtin --out /tmp/runs-builtin ${MAIN_JOB_ARGS:-}; cp /tmp/runs-builtin/*.json /tmp/runs-builtin/*.md '$out/' 2>/dev/null; true" ;;
+    ablations) export -f ablations; export out py
+      step ablations "${ABLATIONS_S:-500}" bash -c ablations ;;
     *) echo "unknown step: $s" >&2; exit 2 ;;
   esac
 done
