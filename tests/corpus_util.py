@@ -3,7 +3,7 @@
 Header lines (comments at the top of a candidate):
     # reference: <name of a file in corpus/refs without .py>
     # expect: <status>
-    # check: <name of the check that must fail>          (optional)
+    # check: <name of the check that must fail>          (optional; a|b: either may)
     # speedup_at_least: <x> / speedup_at_most: <x>        (optional, for ok verdicts)
 """
 
@@ -24,6 +24,11 @@ class Case:
     expect: str
     check: str | None = None
     bounds: dict = field(default_factory=dict)
+
+    def caught(self, verdict) -> bool:
+        """Whether the check this case names (or one of `a|b`) failed in the verdict."""
+        checks = [verdict.check(name) for name in (self.check or "").split("|") if name]
+        return not checks or any(c is not None and c.passed is False for c in checks)
 
     @property
     def name(self) -> str:

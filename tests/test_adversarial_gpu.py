@@ -41,9 +41,7 @@ def check_case(case, verdict) -> None:
         assert verdict.status != "ok" or verdict.raw_speedup <= 1.1, summary
         return
     assert verdict.status == case.expect, summary
-    if case.check:
-        check = verdict.check(case.check)
-        assert check is not None and check.passed is False, summary
+    assert case.caught(verdict), summary
     if verdict.status == "ok":
         if "speedup_at_least" in case.bounds:
             assert verdict.raw_speedup >= case.bounds["speedup_at_least"], summary

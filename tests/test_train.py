@@ -345,8 +345,8 @@ def test_reward_function_judges_with_the_evaluator_and_writes_the_store(tmp_path
     try:
         judge = Judge(store, pool, eval_cfg, run_id)
         reward = EvaluatorReward(judge, {LAYERNORM.id: LAYERNORM}, RewardConfig(), Collective(), model_name="tiny")
-        respaced = correct_answer(LAYERNORM).replace("class ModelNew(Model):", "class ModelNew(Model):  # same program")
-        texts = [correct_answer(LAYERNORM), BROKEN_ANSWER, hack_answer(LAYERNORM), GARBAGE_ANSWER, respaced]
+        repeated = correct_answer(LAYERNORM)  # the policy repeats itself word for word
+        texts = [correct_answer(LAYERNORM), BROKEN_ANSWER, hack_answer(LAYERNORM), GARBAGE_ANSWER, repeated]
         logged: dict[str, float] = {}
         rewards = reward(prompts=[[]] * 5, completions=[[{"role": "assistant", "content": t}] for t in texts],
                          task_id=[LAYERNORM.id] * 5, prompt_id=[prompt_id] * 5, exemplar_ids=[[]] * 5,
@@ -355,7 +355,7 @@ def test_reward_function_judges_with_the_evaluator_and_writes_the_store(tmp_path
         pool.close()
     results = {r["candidate_id"]: r for r in store.run_results(run_id)}
     statuses = sorted(r["status"] for r in results.values())
-    assert statuses == ["ok", "rejected", "runtime_error"]  # the comment-only duplicate was not re-evaluated
+    assert statuses == ["ok", "rejected", "runtime_error"]  # the repeated source was not re-evaluated
     ok_row = next(r for r in results.values() if r["status"] == "ok")
     assert rewards[0] == pytest.approx(shape_reward("ok", ok_row["speedup"]))
     assert rewards[1:4] == [-3.0, -5.0, -3.0]
