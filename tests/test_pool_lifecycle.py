@@ -254,7 +254,8 @@ def test_a_worker_keeps_at_most_two_prepared_references():
         [worker] = pool.worker_pids()
         for name in ("a", "b", "c", "c", "a"):
             source = tasks[name].source.replace("class Model", "class ModelNew")
-            assert pool.submit(EvalJob(tasks[name], source)).result(timeout=300).verdict.status == OK
+            verdict = pool.submit(EvalJob(tasks[name], source)).result(timeout=300).verdict
+            assert verdict.status == OK, (verdict.reasons, [(c.name, c.detail) for c in verdict.checks if c.passed is False])
             wait_until(lambda: len(reference_sides(worker)) <= 2, 5.0)  # a closed side may take a moment to go
             held.append(len(reference_sides(worker)))
     # One evaluator per task ever judged would hold 1, 2, 3, 3, 3 reference processes.
