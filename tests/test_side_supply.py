@@ -3,6 +3,8 @@ candidate get warm processes, every candidate still a fresh one, never one of ot
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
@@ -19,6 +21,7 @@ class Started:
     def __init__(self, limit: int, settable: bool = True):
         Started.count += 1
         self.id, self.limit, self.settable, self.closed, self.running = Started.count, limit, settable, False, True
+        self.started_at = time.monotonic()
 
     def exit_info(self):
         return type("Exit", (), {"reason": "running" if self.running and not self.closed else "exited"})()

@@ -62,8 +62,8 @@ class Engine:
         return best.speedup if best is not None else None
 
     def known(self, task: Task, candidate_id: str, code: str) -> Verdict | None:
-        """A stored settled verdict (Verdict.settled) for this candidate, or else for its program, on
-        this device and settings."""
+        """A stored settled verdict (Verdict.settled) for this candidate (its source's id) on this
+        device and settings."""
         if self.device_key is None:
             return None
         own = self.store.verdict_for(candidate_id, self.device_key, self.config_key, task_id=task.id)

@@ -70,6 +70,7 @@ class SideProcess:
     _in_group: bool = False
     _harness: int | None = None  # host pid of the harness, once found
     memory_limit: int = 0  # host memory it may hold (side_memory.py); raised, never lowered, by allow_memory
+    started_at: float = 0.0  # time.monotonic() when it was started
     peak_memory: int = 0  # the most it was seen holding
 
     @classmethod
@@ -77,6 +78,7 @@ class SideProcess:
               memory_limit: int | None = None) -> "SideProcess":
         """Start a side; it may hold `memory_limit` bytes of host memory (default: config.memory_bytes)."""
         self = cls(config, device)
+        self.started_at = time.monotonic()
         self.memory_limit = memory_limit or config.memory_bytes
         self.scratch = tempfile.mkdtemp(prefix="cuda-l1-", dir=config.scratch_root)
         os.chmod(self.scratch, 0o700)

@@ -42,7 +42,6 @@ class SideSupply:
         self.prewarm = prewarm
         self.spares = max(1, spares)
         self._ready: list[tuple[SideKind, SideProcess]] = []
-        self._started: dict[int, float] = {}  # id(spare) -> when it was started
         self.handed_out = 0  # sides given to evaluations
         self.warm_handed_out = 0  # of them, ones started ahead
 
@@ -67,16 +66,13 @@ class SideSupply:
             self.warm_handed_out += 1
         if self.prewarm:
             while len(self._ready) < self.spares:
-                spare = start(memory_limit)
-                self._started[id(spare)] = time.monotonic()
-                self._ready.append((kind, spare))
-        self._started = {id(p): self._started[id(p)] for _, p in self._ready if id(p) in self._started}
+                self._ready.append((kind, start(memory_limit)))
         return child
 
     def warming(self) -> list[SideProcess]:
         """Spares still starting (and so maybe busy on the CPU or the GPU)."""
         now = time.monotonic()
-        return [p for _, p in self._ready if now - self._started.get(id(p), 0.0) < WARMING_S]
+        return [p for _, p in self._ready if now - p.started_at < WARMING_S]
 
     @contextlib.contextmanager
     def stopped(self, settle: Callable[[], None] | None = None):

@@ -17,6 +17,7 @@ import torch
 from cuda_l1.errors import TaskError
 from cuda_l1.evaluate import inputs as inputs_mod
 from cuda_l1.evaluate.protocol import LeafSpec, MapInputs
+from cuda_l1.evaluate.remote import same_bytes
 
 _ALIGN = 256  # bytes: every leaf starts aligned for any dtype and vectorised loads
 
@@ -128,8 +129,6 @@ class SlotBuffer:
                 view.copy_(v.reshape(-1).view(torch.uint8))
 
     def unchanged(self, slot: int, values: list) -> bool:
-        from cuda_l1.evaluate.remote import same_bytes
-
         return all(view is None or not view.numel() or same_bytes(view, v.reshape(-1).view(torch.uint8))
                    for view, v in zip(self.views[slot], values))
 
