@@ -78,6 +78,25 @@ def test_precision_accepts_reassociation_and_refuses_downgrades():
         assert not compare(cand, ref, oracle, cfg).ok, name
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_output_ten_percent_off_fails_while_the_same_math_reordered_passes(dtype):
+    # On an H200, a bf16 linear layer scaled by 1.1 passed: the floor was 64 epsilons of bf16, half
+    # of the output's magnitude. The floor is now float32's for 16-bit outputs (plus two of their own).
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(256, 1024, generator=g).to(dtype), torch.randn(512, 1024, generator=g).to(dtype)
+    ref = torch.nn.functional.linear(x, w)
+    oracle = torch.nn.functional.linear(x.double(), w.double())
+    reordered = (torch.nn.functional.linear(x[:, :512].float(), w[:, :512].float())
+                 + torch.nn.functional.linear(x[:, 512:].float(), w[:, 512:].float())).to(dtype)
+    cfg = ToleranceConfig()
+    assert compare(ref.clone(), ref, oracle, cfg).ok
+    assert compare(reordered, ref, oracle, cfg).ok
+    # Ten times the reference's own error (half an ulp of bf16, 0.4%) is 4% of the output: a bf16
+    # output 2% off is within what a legitimate bf16 rewrite may err; 10% off is not.
+    for factor in (1.1,) if dtype == torch.bfloat16 else (1.1, 1.02):
+        assert not compare(ref * factor, ref, oracle, cfg).ok, factor
+
+
 def test_kernelbench_tolerance_lets_an_fp16_downgrade_through():
     # Why the float64 oracle is the default: KernelBench's fixed atol/rtol accept an elementwise op
     # computed in fp16, the oracle policy does not.

@@ -131,6 +131,49 @@ def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_es
         assert out["shm_hog"] != "allowed"  # the private /dev/shm is full before it holds more than its size
 
 
+_SOCKETS = r'''
+import json, socket, sys
+from cuda_l1.evaluate import seccomp
+ok, note = seccomp.apply_filter(sys.argv[1])
+out = {"ok": ok, "note": note}
+for family in ("AF_INET", "AF_UNIX", "AF_NETLINK", "AF_VSOCK"):
+    try:
+        socket.socket(getattr(socket, family), socket.SOCK_DGRAM).close()
+        out[family] = "allowed"
+    except OSError as exc:
+        out[family] = exc.errno
+print(json.dumps(out))
+'''
+
+
+@linux
+@pytest.mark.parametrize("level", ["ip", "ip+unix"])
+def test_seccomp_lets_socket_create_only_the_families_of_its_level(level):
+    # A GPU machine may need Unix sockets (the probe widens "ip" to "ip+unix" there); vsock and
+    # netlink stay refused at both levels: vsock reaches a virtual machine's host from any namespace.
+    import errno
+
+    proc = subprocess.run([sys.executable, "-c", _SOCKETS, level], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    if not out["ok"]:
+        pytest.skip(out["note"])
+    assert out["AF_INET"] == "allowed", out
+    assert out["AF_UNIX"] == ("allowed" if level == "ip+unix" else errno.EPERM), out
+    assert out["AF_NETLINK"] == errno.EPERM and out["AF_VSOCK"] == errno.EPERM, out
+    assert ("Unix" in out["note"]) == (level == "ip+unix"), out["note"]
+
+
+def test_seccomp_socket_levels_are_checked():
+    from cuda_l1.evaluate import seccomp
+
+    with pytest.raises(ValueError, match="sockets must be one of"):
+        seccomp.build_filter("x86_64", "unix")
+    # "any" adds no socket rule: its program is the shortest.
+    lengths = {level: len(seccomp.build_filter("x86_64", level)) for level in seccomp.SOCKET_LEVELS}
+    assert lengths["any"] < lengths["ip"] < lengths["ip+unix"]
+
+
 @linux
 def test_dropping_identity_as_root_ends_unprivileged_with_no_capabilities():
     """In a forked copy of this process (no interpreter to read afterwards): the uid change needs
@@ -235,6 +278,36 @@ def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(cgroup):
             side.thaw()
     finally:
         side.close(graceful=False)
+
+
+@linux
+def test_pin_to_pins_every_thread_of_a_stopped_side_from_outside():
+    # How a GPU evaluation takes the CPU a side burns beside its calls from its own calls: every
+    # thread of both sides on one core after the first window (the side cannot undo it: seccomp).
+    target = max(os.sched_getaffinity(0))
+    side = SideProcess.start(SandboxConfig(), "cpu", [])
+    try:
+        time.sleep(0.5)
+        side.freeze()
+        threads = [(pid, int(tid)) for pid in side.tree() for tid in os.listdir(f"/proc/{pid}/task")]
+        assert side.pin_to(target) == len(threads) > 0
+        assert all(os.sched_getaffinity(tid) == {target} for _, tid in threads)
+        assert side.pinned_core == target and side.notes["cpu_core"].startswith(f"{target} while timed")
+        side.thaw()
+    finally:
+        side.close(graceful=False)
+
+
+def test_gpu_sides_are_pinned_after_the_first_window_unless_told_otherwise():
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.evaluator import gpu_timed_core
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores to choose from")
+    assert gpu_timed_core(EvalConfig(device="cuda")) in os.sched_getaffinity(0)
+    assert gpu_timed_core(EvalConfig(device="cuda", pin_gpu_sides=False)) is None
+    assert gpu_timed_core(EvalConfig(device="cuda", cpu_core=0)) is None  # pinned from the start instead
+    assert gpu_timed_core(EvalConfig(device="cpu")) is None  # CPU sides are pinned from the start
 
 
 @linux

@@ -81,8 +81,11 @@ class EvalConfig:
     first_call_timeout_s: float = setting(300.0, "the first window (JIT compilers such as Triton or torch.compile)")
     call_timeout_s: float = setting(60.0, "any later window")
     threads: int | None = setting(None, "CPU threads of each side (default 1 on CPU: both sides share one core)")
-    cpu_core: int | None = setting(None, "the core both sides are timed on (None: on CPU "
-                                   "the idlest core, on a GPU unpinned)")
+    cpu_core: int | None = setting(None, "the core both sides run on from their start (None: on CPU "
+                                   "the idlest core; on a GPU see pin_gpu_sides)")
+    pin_gpu_sides: bool = setting(True, "on a GPU without cpu_core: after the first (JIT-compiling) window, "
+                                  "pin every thread of both sides to one core, the idlest, so CPU a side "
+                                  "burns beside its calls (a spinning helper process) is taken from its own calls")
     best_known_speedup: float | None = setting(None, "best verified speedup for this task, for the re-measure rule")
     remeasure: bool = setting(True, "apply the re-measure rule")
     prewarm: bool | None = setting(None, "keep a spare candidate process (torch imported, device "
@@ -106,6 +109,7 @@ class EvalConfig:
                   f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}"
                   f"/decide={decide}")
         return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
+                f":{self.tolerance.low_precision_ulps}"
                 f"|trials={self.correctness_trials}|timing={timing}")
 
 

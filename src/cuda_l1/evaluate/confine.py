@@ -64,7 +64,7 @@ class ConfinePlan:
     namespaces: str = "pid+net+mnt"  # a subset of pid, net, mnt joined by '+', or '' for none
     landlock: bool = True  # filesystem (and TCP, signal) rules
     seccomp: bool = True  # the system-call filter
-    deny_unix_sockets: bool = True  # seccomp allows sockets of the IP families only (dropped only if a device needs others)
+    sockets: str = "ip"  # families seccomp lets socket() create (seccomp.SOCKET_LEVELS; widened only if a device needs it)
     drop_identity: bool = True  # unprivileged uid where possible, otherwise no capabilities
     uid: int | None = None  # the uid to take when dropping identity (None: keep uid, drop capabilities)
     cpu_core: int | None = None  # pin to this core (CPU evaluations)
@@ -337,7 +337,7 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
     else:
         notes["landlock"] = "disabled by configuration"
     if plan.seccomp:
-        ok, note = seccomp.apply_filter(plan.deny_unix_sockets)
+        ok, note = seccomp.apply_filter(plan.sockets)
         notes["seccomp"] = note if ok else f"not enforced: {note}"
     else:
         notes["seccomp"] = "disabled by configuration"

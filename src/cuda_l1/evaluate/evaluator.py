@@ -74,6 +74,17 @@ def timing_core(config: EvalConfig) -> int | None:
     return _idlest(allowed) if len(allowed) > 1 else (allowed[0] if allowed else None)
 
 
+def gpu_timed_core(config: EvalConfig) -> int | None:
+    """The core a GPU evaluation pins both sides to after their first window (None: not pinned, or
+    pinned from the start by `cpu_core`)."""
+    if not config.device.startswith("cuda") or not config.pin_gpu_sides or config.cpu_core is not None:
+        return None
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    return _idlest(allowed) if len(allowed) > 1 else None
+
+
 def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int | None = None) -> int:
     """Slots per side: the inputs of a window live three times (generated, and in each side's buffer)
     and each side keeps the outputs of two windows (this one's and the last one's) until they are
@@ -106,6 +117,10 @@ class TaskEnv:
         self.task, self.config, self.build, self.supply = task, config, build, supply
         self.device = config.device
         self.core = timing_core(config)
+        # Why pin a GPU side at all: unpinned, a candidate that keeps a helper process spinning on
+        # another core ran a launch-bound task 30% faster on an H200 (the busy core keeps the CPU in
+        # a faster power state), a speed the reference, stopped beside it, never had.
+        self.timed_core = gpu_timed_core(config)
         self.threads = config.threads or 1
         self.init_seed = secrets.randbits(62)
         origin = task.origin or task.name
@@ -132,6 +147,12 @@ class TaskEnv:
         kind = SideKind(repr(self.config.sandbox), self.device, tuple(self.read_paths), self.core)
         return self.supply.take(kind, lambda lim: SideProcess.start(self.config.sandbox, self.device, self.read_paths,
                                                                     self.core, memory_limit=lim), limit)
+
+    def pin_for_timing(self, proc: SideProcess) -> None:
+        """Pin a stopped side to the GPU evaluation's timed core, once (the reference's side lives on
+        across candidates and keeps its pin)."""
+        if self.timed_core is not None and proc.pinned_core != self.timed_core:
+            proc.pin_to(self.timed_core)
 
     def note_reference_memory(self) -> int:
         """Read what the reference's side holds now; returns the candidate limit it implies."""

@@ -2,7 +2,10 @@
 
 Default ("oracle"): the reference is also run in float64 on the same inputs. The candidate passes when
 its largest error against that oracle is within `error_factor` times the reference's own largest error,
-plus a floor of `floor_eps` machine epsilons of the output dtype scaled by the output's magnitude. So a
+plus a floor scaled by the output's magnitude: `floor_eps` epsilons of the output dtype, or of float32
+for 16-bit outputs (whose epsilon is so large that 64 of them would be half the output: an output
+scaled by 1.1 passed a bf16 task that way), and at least `low_precision_ulps` epsilons of the output
+dtype (a 16-bit output cannot be asked to be exact to the float32 floor). So a
 legitimate rewrite that only reorders floating-point operations passes (its error is of the same order
 as the reference's), while computing an fp32 task in fp16, bf16 or TF32 fails (errors 100-10000x larger).
 "kernelbench": KernelBench's fixed check, allclose(atol=1e-2, rtol=1e-2) against the reference, kept for
@@ -25,7 +28,10 @@ class ToleranceConfig:
     mode: str = setting("oracle", '"oracle" (float64 reference, relative to the '
                         "reference's own error) or \"kernelbench\"")
     error_factor: float = setting(10.0, "candidate error may be this many times the reference's own error")
-    floor_eps: float = setting(64.0, "plus this many epsilons of the output dtype times max|oracle|")
+    floor_eps: float = setting(64.0, "plus this many epsilons of the output dtype (of float32 for 16-bit "
+                               "outputs) times max|oracle|")
+    low_precision_ulps: float = setting(2.0, "the floor is at least this many epsilons of the output dtype "
+                                        "times max|oracle| (what matters for 16-bit outputs)")
     kernelbench_atol: float = setting(1e-2, "KernelBench's absolute tolerance")
     kernelbench_rtol: float = setting(1e-2, "KernelBench's relative tolerance")
 
@@ -107,14 +113,20 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
         return Comparison(False, f"NaN/Inf where the float64 reference has none ({bad_specials} non-finite values)")
     if not any_finite:
         return Comparison(True, "all values non-finite, matching the reference")
-    eps = torch.finfo(ref.dtype).eps if ref.is_floating_point() else torch.finfo(torch.float32).eps
-    allowed = config.error_factor * ref_err + config.floor_eps * eps * max(scale, 1e-30)
+    allowed = config.error_factor * ref_err + floor_epsilons(ref.dtype, config) * max(scale, 1e-30)
     ok = cand_err <= allowed
     detail = (
         f"max error vs float64 {cand_err:.3g}, allowed {allowed:.3g} "
         f"(reference's own error {ref_err:.3g}, |output| up to {scale:.3g})"
     )
     return Comparison(ok, detail, cand_err, allowed, ref_err)
+
+
+def floor_epsilons(dtype: torch.dtype, config: ToleranceConfig) -> float:
+    """The floor of the allowed error, relative to max|oracle|, for outputs of `dtype`."""
+    own = torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.float32).eps
+    wide = own if (not dtype.is_floating_point or dtype.itemsize >= 4) else torch.finfo(torch.float32).eps
+    return max(config.floor_eps * wide, config.low_precision_ulps * own)
 
 
 def spot_bound(comparisons: list[Comparison]) -> float:

@@ -1,7 +1,7 @@
 """Which confinement works on this machine: probed once per device by starting a real side.
 
 Some GPU drivers refuse to initialise, or to share memory, inside new namespaces or without Unix
-sockets; some installations cannot be read by an unprivileged uid. The probe starts a side with a
+sockets (CUDA's IPC passes descriptors over them); some installations cannot be read by an unprivileged uid. The probe starts a side with a
 plan and sees the device work in it (on CUDA, IPC in both directions, as the evaluation needs),
 trying weaker plans until one does. The chosen plan is reported in every verdict's `sandbox`.
 """
@@ -19,6 +19,7 @@ import tempfile
 
 from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
 from cuda_l1.evaluate.environment import scrubbed_env
+from cuda_l1.evaluate.seccomp import SOCKET_LEVELS
 
 
 def identity_uid(read_paths: list[str]) -> int | None:
@@ -35,25 +36,26 @@ def identity_uid(read_paths: list[str]) -> int | None:
 _PLANS: dict[tuple, str] = {}
 
 
-def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, bool]:
-    """(namespaces, deny_unix_sockets): the strongest combination in which a fully confined side
-    still initialises this device (probed once per device and plan; the Unix-socket refusal is given
-    up before any namespace is)."""
+def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, str]:
+    """(namespaces, sockets): the strongest combination in which a fully confined side still
+    initialises this device (probed once per device and plan). Socket families are widened one
+    level at a time (seccomp.SOCKET_LEVELS: IP, then IP and Unix, then any) before any namespace is
+    given up."""
     if not sys.platform.startswith("linux"):
-        return "", plan.deny_unix_sockets
+        return "", plan.sockets
     key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, namespaces)
     if key not in _PLANS:
-        chosen = ("", False)
+        chosen = ("", "any")
         scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
         sets = NAMESPACE_SETS[:-1] if namespaces else ("",)
         try:
             if plan.uid is not None:
                 os.chown(scratch, plan.uid, plan.uid)
-            trials = [(which, unix) for which in sets for unix in ((True, False) if plan.seccomp else (False,))]
-            for which, unix in trials:
-                trial = dataclasses.replace(plan, namespaces=which, deny_unix_sockets=unix, scratch=scratch)
+            levels = SOCKET_LEVELS if plan.seccomp else ("any",)
+            for which, sockets in [(which, sockets) for which in sets for sockets in levels]:
+                trial = dataclasses.replace(plan, namespaces=which, sockets=sockets, scratch=scratch)
                 if _probe(device, trial, scratch):
-                    chosen = (which, unix)
+                    chosen = (which, sockets)
                     break
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

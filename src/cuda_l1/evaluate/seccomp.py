@@ -2,7 +2,8 @@
 
 Refused (EPERM): changing its scheduling class, priority or CPU affinity (which would let it outrun
 the other side or escape the core it is timed on), sockets other than IP ones (the host's Unix sockets
-are files, which Landlock's rules do not cover for connect(); vsock is not namespaced), SysV IPC and
+are files, which Landlock's rules do not cover for connect(); vsock is not namespaced: it reaches a
+virtual machine's host), SysV IPC and
 POSIX message queues, ptrace and cross-process memory access, new
 namespaces (clone with CLONE_NEW*, unshare, setns), mounts, kernel keyrings, BPF, perf events,
 userfaultfd, io_uring (whose operations bypass seccomp), module loading, kexec, reboot, swap.
@@ -44,7 +45,12 @@ _DENIED = {
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
-_AF_INET, _AF_INET6 = 2, 10
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
+# What socket() may create, strongest first. A GPU driver may need Unix sockets (CUDA's IPC passes
+# descriptors over them); no driver needs vsock, netlink or packet sockets, so "any" is only the
+# last resort of a machine on which nothing narrower lets the device start (probe.py reports it).
+SOCKET_LEVELS = ("ip", "ip+unix", "any")
+_SOCKET_FAMILIES = {"ip": (_AF_INET, _AF_INET6), "ip+unix": (_AF_INET, _AF_INET6, _AF_UNIX), "any": ()}
 _CLONE3 = 435
 _SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -59,8 +65,11 @@ def _ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def build_filter(arch: str, deny_unix_sockets: bool = True) -> bytes:
-    """The BPF program for `arch`, as the kernel's array of struct sock_filter."""
+def build_filter(arch: str, sockets: str = "ip") -> bytes:
+    """The BPF program for `arch`, as the kernel's array of struct sock_filter; `sockets` is one of
+    SOCKET_LEVELS: the families socket() may create."""
+    if sockets not in _SOCKET_FAMILIES:
+        raise ValueError(f"sockets must be one of {SOCKET_LEVELS}, not {sockets!r}")
     deny = _ERRNO | errno.EPERM
     prog = [_ins(_LD_ABS_W, 4),  # seccomp_data.arch
             _ins(_JEQ, _AUDIT_ARCH[arch], 1, 0),
@@ -70,15 +79,12 @@ def build_filter(arch: str, deny_unix_sockets: bool = True) -> bytes:
         prog += [_ins(_JGE, 0x40000000, 0, 1), _ins(_RET, deny)]  # the x32 ABI
     for nr in sorted(_DENIED[arch].values()):
         prog += [_ins(_JEQ, nr, 0, 1), _ins(_RET, deny)]
-    if deny_unix_sockets:  # socket() of the IP families only, inert in the empty network namespace:
-        # not AF_UNIX (the host's sockets are files Landlock does not guard against connect()), not
-        # AF_VSOCK (not namespaced: it reaches a VM's host), not netlink or packet sockets. socketpair stays.
-        prog += [_ins(_JEQ, _SOCKET[arch], 0, 5),
-                 _ins(_LD_ABS_W, 16),
-                 _ins(_JEQ, _AF_INET, 2, 0),
-                 _ins(_JEQ, _AF_INET6, 1, 0),
-                 _ins(_RET, deny),
-                 _ins(_LD_ABS_W, 0)]
+    families = _SOCKET_FAMILIES[sockets]
+    if families:  # socket() of these families only, inert in the empty network namespace. socketpair stays.
+        n = len(families)
+        prog += [_ins(_JEQ, _SOCKET[arch], 0, n + 3), _ins(_LD_ABS_W, 16)]  # args[0]: the family
+        prog += [_ins(_JEQ, family, n - i, 0) for i, family in enumerate(families)]
+        prog += [_ins(_RET, deny), _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _CLONE3, 0, 1), _ins(_RET, _ERRNO | errno.ENOSYS),
              _ins(_JEQ, _CLONE[arch], 0, 3),
              _ins(_LD_ABS_W, 16),  # args[0], low 32 bits on a little-endian machine: the clone flags
@@ -92,12 +98,12 @@ class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def apply_filter(deny_unix_sockets: bool = True) -> tuple[bool, str]:
+def apply_filter(sockets: str = "ip") -> tuple[bool, str]:
     """Install the filter on every thread of this process. (ok, note for the sandbox report)."""
     arch = platform.machine()
     if not os.uname().sysname == "Linux" or arch not in _DENIED:
         return False, f"not available on {os.uname().sysname}/{arch}"
-    code = build_filter(arch, deny_unix_sockets)
+    code = build_filter(arch, sockets)
     buf = ctypes.create_string_buffer(code, len(code))
     prog = _Prog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)
@@ -109,5 +115,7 @@ def apply_filter(deny_unix_sockets: bool = True) -> tuple[bool, str]:
                       ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
     if rc != 0:
         return False, f"seccomp failed: {os.strerror(ctypes.get_errno()) if rc < 0 else f'thread {rc} could not sync'}"
-    unix = ", non-IP sockets" if deny_unix_sockets else ""
-    return True, f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, ptrace, namespaces{unix}, ...)"
+    refused = {"ip": ", non-IP sockets", "ip+unix": ", sockets other than IP and Unix", "any": ""}[sockets]
+    allowed = "; all socket families allowed (the device needed them)" if sockets == "any" else ""
+    return True, (f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, ptrace, namespaces"
+                  f"{refused}, ...){allowed}")
