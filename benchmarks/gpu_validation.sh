@@ -39,13 +39,15 @@ step() {  # step NAME SECONDS COMMAND...
 }
 
 ablations() {  # identical code on a launch-bound and a memory-bound task, one side difference removed each time
-  local variant name
-  for variant in "" "--fresh-reference" "--checked-calls 1" "--cpu-core 3"; do
+  # ABLATION_VARIANTS: '|'-separated identical_rounds.py options ('' is "as is"); ABLATION_TASKS; ABLATION_REPEATS
+  local variant name variants
+  IFS='|' read -r -a variants <<< "${ABLATION_VARIANTS:-|--fresh-reference|--checked-calls 1|--cpu-core 3}"
+  for variant in "${variants[@]}"; do
     name="ablation${variant// /}"
     echo "variant: ${variant:-as is}"
     # shellcheck disable=SC2086  # the variant is one or two words
-    "$py" benchmarks/identical_rounds.py --device cuda --repeats 2 $variant \
-      --tasks tests/corpus/refs/many_small_ops.py,L1/07_SumOverDim --out "$out/${name}.json" | cut -c1-400
+    "$py" benchmarks/identical_rounds.py --device cuda --repeats "${ABLATION_REPEATS:-2}" $variant \
+      --tasks "${ABLATION_TASKS:-tests/corpus/refs/many_small_ops.py,L1/07_SumOverDim}" --out "$out/${name}.json" | cut -c1-400
   done
 }
 

@@ -142,6 +142,9 @@ for family in ("AF_INET", "AF_UNIX", "AF_NETLINK", "AF_VSOCK"):
         out[family] = "allowed"
     except OSError as exc:
         out[family] = exc.errno
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+out["sched_core"] = "allowed" if libc.prctl(62, 1, 0, 0, 0) == 0 else ctypes.get_errno()
 print(json.dumps(out))
 '''
 
@@ -161,6 +164,7 @@ def test_seccomp_lets_socket_create_only_the_families_of_its_level(level):
     assert out["AF_INET"] == "allowed", out
     assert out["AF_UNIX"] == ("allowed" if level == "ip+unix" else errno.EPERM), out
     assert out["AF_NETLINK"] == errno.EPERM and out["AF_VSOCK"] == errno.EPERM, out
+    assert out["sched_core"] == errno.EPERM, out  # core scheduling refused, whatever the kernel offers
     assert ("Unix" in out["note"]) == (level == "ip+unix"), out["note"]
 
 
@@ -281,7 +285,9 @@ def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(cgroup):
 
 
 @linux
-def test_pin_to_pins_every_thread_of_a_stopped_side_from_outside():
+def test_pin_side_pins_every_thread_of_a_stopped_side_from_outside():
+    from cuda_l1.evaluate.pinning import pin_side
+
     # How a GPU evaluation takes the CPU a side burns beside its calls from its own calls: every
     # thread of both sides on one core after the first window (the side cannot undo it: seccomp).
     target = max(os.sched_getaffinity(0))
@@ -290,7 +296,7 @@ def test_pin_to_pins_every_thread_of_a_stopped_side_from_outside():
         time.sleep(0.5)
         side.freeze()
         threads = [(pid, int(tid)) for pid in side.tree() for tid in os.listdir(f"/proc/{pid}/task")]
-        assert side.pin_to(target) == len(threads) > 0
+        assert pin_side(side, target) == len(threads) > 0
         assert all(os.sched_getaffinity(tid) == {target} for _, tid in threads)
         assert side.pinned_core == target and side.notes["cpu_core"].startswith(f"{target} while timed")
         side.thaw()
@@ -308,6 +314,8 @@ def test_gpu_sides_are_pinned_after_the_first_window_unless_told_otherwise():
     assert gpu_timed_core(EvalConfig(device="cuda", pin_gpu_sides=False)) is None
     assert gpu_timed_core(EvalConfig(device="cuda", cpu_core=0)) is None  # pinned from the start instead
     assert gpu_timed_core(EvalConfig(device="cpu")) is None  # CPU sides are pinned from the start
+    core = max(os.sched_getaffinity(0))
+    assert gpu_timed_core(EvalConfig(device="cuda", timed_core=core)) == core  # a pool's per-worker core
 
 
 @linux

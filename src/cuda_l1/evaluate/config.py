@@ -54,6 +54,9 @@ class TimingConfig:
     spot_checks: int = setting(64, "positions of every output compared for each checked call")
     checked_calls: int = setting(8, "calls of each candidate window, drawn after it, compared with the reference")
     full_check_rate: float = setting(0.2, "share of later rounds in which one checked call is compared in full")
+    oracle_rate: float = setting(0.3, "after the first round (always), the chance that a round's checked calls "
+                                 "include one compared in full against the float64 oracle, drawn after the "
+                                 "window: no round is known to be exempt")
     remeasure_above: float = setting(3.0, "re-measure in a fresh process when the speedup exceeds this")
     decide_early: bool = setting(True, "stop once the interval is clear of every speedup the caller decides at "
                                  "(EvalJob.thresholds), after min_rounds")
@@ -75,7 +78,8 @@ class EvalConfig:
     tolerance: ToleranceConfig = setting(factory=ToleranceConfig, help="the precision policy")
     timing: TimingConfig = setting(factory=TimingConfig, help="the timing protocol")
     sandbox: SandboxConfig = setting(factory=SandboxConfig, help="isolation and limits of each side")
-    correctness_trials: int = setting(5, "rounds in which one call is compared in full against the float64 oracle")
+    correctness_trials: int = setting(5, "rounds of a correctness-only evaluation (timing off), each with one "
+                                      "call compared in full against the float64 oracle (timed: see oracle_rate)")
     timeout_s: float = setting(180.0, "wall-clock limit for one candidate's whole evaluation (load, checks, timing)")
     load_timeout_s: float = setting(900.0, "importing the candidate, including extension builds")
     first_call_timeout_s: float = setting(300.0, "the first window (JIT compilers such as Triton or torch.compile)")
@@ -86,6 +90,8 @@ class EvalConfig:
     pin_gpu_sides: bool = setting(True, "on a GPU without cpu_core: after the first (JIT-compiling) window, "
                                   "pin every thread of both sides to one core, the idlest, so CPU a side "
                                   "burns beside its calls (a spinning helper process) is taken from its own calls")
+    timed_core: int | None = setting(None, "the core pin_gpu_sides pins to (None: the idlest; a local pool "
+                                     "gives each GPU worker its own)")
     best_known_speedup: float | None = setting(None, "best verified speedup for this task, for the re-measure rule")
     remeasure: bool = setting(True, "apply the re-measure rule")
     prewarm: bool | None = setting(None, "keep a spare candidate process (torch imported, device "
@@ -107,7 +113,7 @@ class EvalConfig:
         decide = f"{tc.decide_margin:g}" if tc.decide_early else "off"  # early stops give wider intervals
         timing = ("off" if not tc.enabled else
                   f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}"
-                  f"/decide={decide}")
+                  f"/decide={decide}/oracle={tc.oracle_rate:g}")
         return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
                 f":{self.tolerance.low_precision_ulps}"
                 f"|trials={self.correctness_trials}|timing={timing}")
@@ -129,6 +135,7 @@ def check_settings(config: EvalConfig) -> None:
         (t.target_width > 0, "timing target_width must be positive"),
         (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
         (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
+        (0 <= t.oracle_rate <= 1, "timing oracle_rate is a chance between 0 and 1"),
         (0 <= t.decide_margin < 1, "timing decide_margin is a share between 0 and 1"),
         (box.memory_factor >= 1 and box.memory_headroom_bytes >= 0,
          "sandbox memory_factor must be at least 1 and memory_headroom_bytes not negative"),

@@ -30,6 +30,7 @@ from cuda_l1.evaluate.quiet import Quiet
 from cuda_l1.evaluate.referee import Referee
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, load_side, mapped_inputs
 from cuda_l1.evaluate.remote import RemoteMemory
+from cuda_l1.evaluate.pinning import pin_side
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
@@ -82,6 +83,8 @@ def gpu_timed_core(config: EvalConfig) -> int | None:
     if not hasattr(os, "sched_getaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
+    if config.timed_core is not None:
+        return config.timed_core if config.timed_core in allowed else None
     return _idlest(allowed) if len(allowed) > 1 else None
 
 
@@ -117,10 +120,7 @@ class TaskEnv:
         self.task, self.config, self.build, self.supply = task, config, build, supply
         self.device = config.device
         self.core = timing_core(config)
-        # Why pin a GPU side at all: unpinned, a candidate that keeps a helper process spinning on
-        # another core ran a launch-bound task 30% faster on an H200 (the busy core keeps the CPU in
-        # a faster power state), a speed the reference, stopped beside it, never had.
-        self.timed_core = gpu_timed_core(config)
+        self.timed_core = gpu_timed_core(config)  # why GPU sides are pinned at all: pinning.py
         self.threads = config.threads or 1
         self.init_seed = secrets.randbits(62)
         origin = task.origin or task.name
@@ -152,7 +152,7 @@ class TaskEnv:
         """Pin a stopped side to the GPU evaluation's timed core, once (the reference's side lives on
         across candidates and keeps its pin)."""
         if self.timed_core is not None and proc.pinned_core != self.timed_core:
-            proc.pin_to(self.timed_core)
+            pin_side(proc, self.timed_core)
 
     def note_reference_memory(self) -> int:
         """Read what the reference's side holds now; returns the candidate limit it implies."""

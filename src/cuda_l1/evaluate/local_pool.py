@@ -135,6 +135,11 @@ class LocalPool(EvalPool):
         if self.workers[index] == "cpu" and config.cpu_core is None and hasattr(os, "sched_getaffinity"):
             cores = sorted(os.sched_getaffinity(0))  # CPU workers time on different cores
             config = dataclasses.replace(config, cpu_core=cores[index % len(cores)])
+        elif self.workers[index] != "cpu" and config.timed_core is None and hasattr(os, "sched_getaffinity"):
+            # GPU workers pin their sides after the first window: each to a core of its own (not the
+            # first, which often serves interrupts), so workers on different GPUs do not share one.
+            cores = sorted(os.sched_getaffinity(0))
+            config = dataclasses.replace(config, timed_core=cores[(index + 1) % len(cores)])
         proc = self._ctx.Process(target=_worker_main,
                                  args=(self.workers[index], config, inbox, self._outbox, os.getpid()),
                                  name=f"cuda-l1-worker-{index}", daemon=True)

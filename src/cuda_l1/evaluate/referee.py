@@ -206,8 +206,9 @@ class Referee:
         bounds = [verify.spot_bound(self.comparisons[pos]) if self.comparisons.get(pos) else None
                   for pos in range(len(ref_call.leaves))]
         if self.config.device.startswith("cuda"):
-            results = output_checks.on_reference(self.env, cand_call, ref_index, index, mode, bounds, self.rng,
-                                                 self.config, self.remaining)
+            with self.phase("verify_on_reference"):  # part of "verification": one request per checked call
+                results = output_checks.on_reference(self.env, cand_call, ref_index, index, mode, bounds, self.rng,
+                                                     self.config, self.remaining)
         else:
             results = output_checks.here(self.env, self.cand, cand_call, ref_call, index, mode, bounds, self.rng,
                                          self.config, self.remaining)
@@ -245,7 +246,13 @@ class Referee:
             raise ReferenceFailure("the reference's side reported a different number of calls than it made")
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
         sample = self.rng.sample(range(len(calls)), min(len(calls), self.config.timing.checked_calls))
-        oracle_at = self.rng.choice(sample) if round_no < self.config.correctness_trials else None
+        # The float64 oracle: every round of a correctness-only run; when timed, the first round and
+        # then rounds drawn now at `oracle_rate`. (Only the first rounds, as before, let a candidate
+        # that counts its requests be exact there and 7% off in every later round.)
+        tc = self.config.timing
+        oracle_round = (round_no < self.config.correctness_trials if not tc.enabled
+                        else round_no == 0 or self.rng.random() < tc.oracle_rate)
+        oracle_at = self.rng.choice(sample) if oracle_round else None
         full_at = (self.rng.choice(sample) if oracle_at is None and self.rng.random() < self.config.timing.full_check_rate
                    else None)
         for i in sorted(sample):

@@ -72,7 +72,7 @@ class SideProcess:
     memory_limit: int = 0  # host memory it may hold (side_memory.py); raised, never lowered, by allow_memory
     started_at: float = 0.0  # time.monotonic() when it was started
     peak_memory: int = 0  # the most it was seen holding
-    pinned_core: int | None = None  # the core the parent pinned its threads to (pin_to), if any
+    pinned_core: int | None = None  # the core the parent pinned its threads to (pinning.py), if any
 
     @classmethod
     def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None,
@@ -166,30 +166,6 @@ class SideProcess:
                                           own)
         self.peak_memory = max(self.peak_memory, used)
         return used
-
-    def pin_to(self, core: int) -> int:
-        """Pin every thread of the stopped side to `core`, from outside: the side's seccomp filter
-        forbids it to change its affinity back, and threads and processes it starts later inherit
-        the pin. Returns how many threads were pinned. Called while the side is stopped, so no thread
-        can be started between listing and pinning."""
-        pinned = 0
-        self.pinned_core = core
-        for pid in self.tree():
-            try:
-                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-            except OSError:
-                continue  # the process ended
-            for tid in tids:
-                try:
-                    os.sched_setaffinity(tid, {core})
-                    pinned += 1
-                except ProcessLookupError:
-                    pass  # the thread ended
-                except PermissionError as exc:  # an unprivileged parent and a side of another uid
-                    self.notes["cpu_core"] = f"not enforced: {exc.strerror}"
-                    return pinned
-        self.notes["cpu_core"] = f"{core} while timed (every thread pinned by the parent after the first window)"
-        return pinned
 
     def set_memory_limit(self, nbytes: int) -> bool:
         """Set the limit of a side not yet given work (a spare handed to a task: side_supply.py), up

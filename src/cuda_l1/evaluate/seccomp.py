@@ -1,6 +1,7 @@
 """A seccomp filter that refuses what a side must not do to the measurement or to other processes.
 
-Refused (EPERM): changing its scheduling class, priority or CPU affinity (which would let it outrun
+Refused (EPERM): changing its scheduling class, priority or CPU affinity, or its core scheduling
+(prctl PR_SCHED_CORE, which could keep an SMT sibling idle) (any of which would let it outrun
 the other side or escape the core it is timed on), sockets other than IP ones (the host's Unix sockets
 are files, which Landlock's rules do not cover for connect(); vsock is not namespaced: it reaches a
 virtual machine's host), SysV IPC and
@@ -45,6 +46,8 @@ _DENIED = {
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
+_PRCTL = {"x86_64": 157, "aarch64": 167}
+_PR_SCHED_CORE = 62  # core scheduling: a side could keep its core's SMT sibling idle during its windows
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 # What socket() may create, strongest first. A GPU driver may need Unix sockets (CUDA's IPC passes
 # descriptors over them); no driver needs vsock, netlink or packet sockets, so "any" is only the
@@ -85,6 +88,8 @@ def build_filter(arch: str, sockets: str = "ip") -> bytes:
         prog += [_ins(_JEQ, _SOCKET[arch], 0, n + 3), _ins(_LD_ABS_W, 16)]  # args[0]: the family
         prog += [_ins(_JEQ, family, n - i, 0) for i, family in enumerate(families)]
         prog += [_ins(_RET, deny), _ins(_LD_ABS_W, 0)]
+    prog += [_ins(_JEQ, _PRCTL[arch], 0, 4), _ins(_LD_ABS_W, 16),  # prctl's option
+             _ins(_JEQ, _PR_SCHED_CORE, 0, 1), _ins(_RET, deny), _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _CLONE3, 0, 1), _ins(_RET, _ERRNO | errno.ENOSYS),
              _ins(_JEQ, _CLONE[arch], 0, 3),
              _ins(_LD_ABS_W, 16),  # args[0], low 32 bits on a little-endian machine: the clone flags
