@@ -13,7 +13,7 @@ from cuda_l1.evaluate.jobs import EvalResult
 from cuda_l1.evaluate.local_pool import LocalPool
 from cuda_l1.evaluate.verdict import Check, Verdict
 from cuda_l1.store import Origin, Store
-from cuda_l1.tasks import Task
+from cuda_l1.tasks import Task, source_id
 
 REFERENCE = """
 import torch
@@ -36,6 +36,10 @@ CANDIDATE = REFERENCE.replace("class Model(", "class ModelNew(")
 # Differs only in a comment: still a program of its own (it could read its comments through linecache).
 LAYOUT_TWIN = CANDIDATE.replace("return torch.relu(x) * 2.0", "return torch.relu(x) * 2.0  # same, commented")
 TASK = Task(name="1_Relu2", level=1, source=REFERENCE)
+# One normalised text, two programs: a line continued by `\` runs; the same line with a space after
+# the backslash is a syntax error. Only the exact text tells them apart.
+CONTINUED_LINE = CANDIDATE.replace("return torch.relu(x) * 2.0", "return torch.relu(x) \\\n            * 2.0")
+SPACE_AFTER_BACKSLASH = CONTINUED_LINE.replace("\\\n", "\\ \n")
 
 
 class HeldPool:
@@ -96,6 +100,54 @@ def test_sources_that_differ_only_in_layout_are_judged_each(tmp_path):
     assert engine.submit(TASK, second, LAYOUT_TWIN).result(timeout=10).verdict.status == "incorrect"
 
 
+def _twins(tmp_path) -> tuple[Store, list[str]]:
+    """A store holding the two whitespace twins, and their ids (the valid one first)."""
+    assert source_id(CONTINUED_LINE) == source_id(SPACE_AFTER_BACKSLASH)  # what task ids would call one text
+    store = Store(tmp_path / "history.sqlite")
+    store.add_task(TASK)
+    ids = [store.add_candidate(TASK.id, code, Origin(kind="manual"))[0]
+           for code in (CONTINUED_LINE, SPACE_AFTER_BACKSLASH)]
+    assert ids[0] != ids[1]
+    return store, ids
+
+
+def test_a_whitespace_twin_is_judged_on_its_own_not_given_the_verdict_under_way(tmp_path):
+    store, (valid, broken) = _twins(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    a, b = engine.submit(TASK, valid, CONTINUED_LINE), engine.submit(TASK, broken, SPACE_AFTER_BACKSLASH)
+    assert [job.source for job in pool.jobs] == [CONTINUED_LINE, SPACE_AFTER_BACKSLASH]  # no follower of a
+    pool.answer(0)
+    pool.answer(1, status="compile_error")
+    assert a.result(timeout=10).verdict.ok and b.result(timeout=10).verdict.status == "compile_error"
+    assert not b.result().reused and b.result().stored
+    # Once both are stored, each resubmission gets its own verdict back.
+    assert engine.submit(TASK, broken, SPACE_AFTER_BACKSLASH).result(timeout=10).verdict.status == "compile_error"
+    assert engine.submit(TASK, valid, CONTINUED_LINE).result(timeout=10).verdict.ok and len(pool.jobs) == 2
+
+
+def test_a_whitespace_twin_is_not_given_the_stored_verdict_of_the_other(tmp_path):
+    store, (valid, broken) = _twins(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    first = engine.submit(TASK, broken, SPACE_AFTER_BACKSLASH)
+    pool.answer(0, status="compile_error")
+    assert first.result(timeout=10).stored
+    later = engine.submit(TASK, valid, CONTINUED_LINE)  # the broken twin's failure is on file, not its own
+    assert not later.done() and len(pool.jobs) == 2 and pool.jobs[1].source == CONTINUED_LINE
+    pool.answer(1)
+    assert later.result(timeout=10).verdict.ok and not later.result().reused
+
+
+def test_an_id_that_is_not_the_codes_is_refused(tmp_path):
+    store, (valid, broken) = _twins(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    with pytest.raises(ValueError, match="not the id of the code"):
+        engine.submit(TASK, valid, SPACE_AFTER_BACKSLASH).result(timeout=10)
+    assert pool.jobs == []
+
+
 def test_an_unknown_device_is_learnt_from_the_first_verdict(tmp_path):
     store, (first, _) = _store(tmp_path)
     pool = HeldPool()
@@ -124,6 +176,8 @@ def test_a_failing_pool_reaches_every_waiter_and_frees_the_source(tmp_path):
 @pytest.mark.slow
 def test_real_evaluations_through_a_local_pool(tmp_path):
     store, (first, second) = _store(tmp_path)
+    valid, broken = [store.add_candidate(TASK.id, code, Origin(kind="manual"))[0]
+                     for code in (CONTINUED_LINE, SPACE_AFTER_BACKSLASH)]
     timing = TimingConfig.quick()
     timing.max_time_s = 1.0
     config = EvalConfig(device="cpu", timing=timing, correctness_trials=2)
@@ -131,8 +185,14 @@ def test_real_evaluations_through_a_local_pool(tmp_path):
         engine = Engine(store, pool, device_key="cpu-test", config_key=config.config_key(), run_id=None)
         results = [engine.submit(TASK, cid, code).result(timeout=300)
                    for cid, code in ((first, CANDIDATE), (first, CANDIDATE), (second, LAYOUT_TWIN))]
+        # Whitespace twins in flight together: each is evaluated, and the broken one fails on its own.
+        twins = [engine.submit(TASK, valid, CONTINUED_LINE), engine.submit(TASK, broken, SPACE_AFTER_BACKSLASH)]
+        twins = [f.result(timeout=300) for f in twins]
     assert [r.verdict.status for r in results] == ["ok"] * 3 and [r.reused for r in results] == [False, True, False]
-    assert engine.evaluations == 2
+    assert [t.verdict.status for t in twins] == ["ok", "compile_error"] and not any(t.reused for t in twins)
+    assert [t.verdict.candidate_id for t in twins] == [valid, broken]
+    assert store.verdict_for(broken, "cpu-test", config.config_key(), task_id=TASK.id).status == "compile_error"
+    assert engine.evaluations == 4
 
 
 class RefusingPool:

@@ -19,7 +19,7 @@ from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.jobs import EvalJob
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import INCORRECT, OK, RUNTIME_ERROR
-from cuda_l1.tasks import make_task, source_id
+from cuda_l1.tasks import code_id, make_task
 
 try:
     import ray
@@ -239,7 +239,7 @@ def test_batch_statuses_and_every_job_answered_once(backend, tasks):
         assert result.verdict.status == status, (result.job.key, result.verdict.reasons)
         assert result.job.meta == meta
         assert result.verdict.task_id == result.job.task.id
-        assert result.verdict.candidate_id == source_id(result.job.source)
+        assert result.verdict.candidate_id == code_id(result.job.source)
         assert result.attempts == 1
         assert result.worker in workers
     wrong = next(r for r in results if r.job.key == "affine/wrong_shape")

@@ -21,10 +21,10 @@ import pytest
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.reference_drift import REFERENCE_DRIFT_LIMIT, reference_stable
 from cuda_l1.evaluate.verdict import Check, Verdict
-from cuda_l1.store import SCHEMA_VERSION, Store, norm_hash, normalize_code, schema
+from cuda_l1.store import SCHEMA_VERSION, Store, candidate_id, norm_hash, normalize_code, schema
 from cuda_l1.store.export import export_solutions_jsonl
 from cuda_l1.tasks import load_solutions_jsonl
-from cuda_l1.tasks.task import Task
+from cuda_l1.tasks.task import Task, source_id
 
 WRITER = Path(__file__).with_name("store_writer.py")
 
@@ -219,6 +219,29 @@ def test_a_layout_twin_has_no_verdict_of_its_program(store):
     assert new and twin_id != first and norm_hash(twin) == norm_hash(code(2))
     assert store.verdict_for(twin_id, "cpu") is None
     assert not hasattr(store, "find_evaluated_duplicate")
+
+
+def test_whitespace_twins_are_two_candidates_with_their_own_verdicts(store):
+    """One trailing space or CRLF line ends make another program (here `\\ ` at a line end is a
+    syntax error, the stripped line a continuation): its own id, row and verdicts."""
+    valid = "x = 1 + \\\n    2\n"
+    broken = valid.replace("\\\n", "\\ \n")
+    crlf = valid.replace("\n", "\r\n")
+    compile(valid, "valid", "exec")
+    with pytest.raises(SyntaxError):
+        compile(broken, "broken", "exec")
+    assert source_id(valid) == source_id(broken) == source_id(crlf)  # one normalised text: tasks alone use it
+    ids = [store.add_candidate(TASK_A.id, c, "manual") for c in (valid, broken, crlf)]
+    assert all(new for _, new in ids) and len({cid for cid, _ in ids}) == 3
+    assert [cid for cid, _ in ids] == [candidate_id(c) for c in (valid, broken, crlf)]
+    (valid_id, _), (broken_id, _), (crlf_id, _) = ids
+    store.record_verdict(valid_id, ok(1.5))
+    store.record_verdict(broken_id, Verdict(status="compile_error", device="cpu", reasons=["SyntaxError"]))
+    assert store.verdict_for(valid_id, "cpu").status == "ok"
+    assert store.verdict_for(broken_id, "cpu").status == "compile_error"
+    assert store.verdict_for(crlf_id, "cpu") is None  # judged by nobody yet
+    assert store.get_candidate(broken_id).code == broken and store.get_candidate(crlf_id).code == crlf
+    assert [c.candidate_id for c in store.correct_candidates(TASK_A.id, "cpu")] == [valid_id]
 
 
 def test_correct_and_best_candidates(store):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 from cuda_l1.cli import app  # noqa: F401  (import check: the CLI assembles)
 from cuda_l1.cli.app import run
 from cuda_l1.errors import TaskError, UserError
-from cuda_l1.tasks import find_task, load_directory, load_solutions_jsonl, load_task_file, load_tasks, parse_levels
+from cuda_l1.tasks import (code_id, find_task, load_directory, load_solutions_jsonl, load_task_file, load_tasks,
+                           parse_levels, source_id)
 from cuda_l1.tasks.runtime import describe_task
 
 GOOD = '''"""Doubles a tensor."""
@@ -82,6 +84,16 @@ def test_id_is_a_stable_hash_of_the_source(tmp_path):
     b = load_task_file(write(tmp_path / "b.py", GOOD.replace("\n", "\r\n") + "\n\n"))
     c = load_task_file(write(tmp_path / "c.py", GOOD.replace("x * 2", "x * 3")))
     assert a.id == b.id != c.id and len(a.id) == 12
+
+
+def test_a_candidate_id_is_of_the_exact_text():
+    """Task ids forgive line ends and trailing whitespace; candidate ids do not (a `\\ ` line end is
+    a syntax error where the stripped line continues)."""
+    texts = [GOOD, GOOD.replace("\n", "\r\n"), GOOD.replace("x * 2\n", "x * 2 \n"), GOOD + "\n"]
+    assert len({source_id(t) for t in texts}) == 1
+    ids = [code_id(t) for t in texts]
+    assert len(set(ids)) == len(texts) and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+    assert code_id(GOOD) == hashlib.sha256(GOOD.encode("utf-8")).hexdigest()[:16]  # the bytes, as they are
 
 
 def test_jsonl_solution_set_with_missing_candidates(tmp_path):

@@ -6,10 +6,12 @@ three training stages submit here.
 
 A program (its exact source) is judged once per task, device and settings: a candidate whose settled
 verdict is stored is not evaluated again, and one whose source is being evaluated right now waits for
-that evaluation. Exact source, not a normalised form: a program can read its own layout (line numbers,
-comments through linecache), so two sources that differ only in layout may behave differently. Every new verdict is stored as soon
-as the pool returns it, so a kill loses nothing already judged. Callers differ only in how they wait
-(a thread, asyncio through `asyncio.wrap_future`, a progress bar over `as_completed`).
+that evaluation. Exact source, byte for byte (`tasks.code_id`), not a normalised form: a program can
+read its own layout (line numbers, comments through linecache), and trailing whitespace or line-end
+style can change what runs (a backslash followed by a space is a syntax error; string literals keep
+their spaces), so two sources that differ only in layout may behave differently. Every new verdict is
+stored as soon as the pool returns it, so a kill loses nothing already judged. Callers differ only in
+how they wait (a thread, asyncio through `asyncio.wrap_future`, a progress bar over `as_completed`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from cuda_l1.evaluate.jobs import EvalJob, EvalPool
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.store import Store
-from cuda_l1.tasks import Task, source_id
+from cuda_l1.tasks import Task, code_id
 
 
 @dataclass
@@ -52,7 +54,7 @@ class Engine:
         self.run_id = run_id
         self.evaluations = 0  # programs sent to the pool by this engine
         self._lock = threading.Lock()  # guards _in_flight, evaluations, device_key; never held across calls out
-        self._in_flight: dict[tuple[str, str], Future] = {}  # (task id, source id) -> its (verdict, stored)
+        self._in_flight: dict[tuple[str, str], Future] = {}  # (task id, code_id) -> its (verdict, stored)
 
     def best_speedup(self, task_id: str) -> float | None:
         """The best verified speedup on this device under these settings (for the re-measure rule)."""
@@ -62,8 +64,8 @@ class Engine:
         return best.speedup if best is not None else None
 
     def known(self, task: Task, candidate_id: str, code: str) -> Verdict | None:
-        """A stored settled verdict (Verdict.settled) for this candidate (its source's id) on this
-        device and settings."""
+        """A stored settled verdict (Verdict.settled) for this candidate (its exact source's id) on
+        this device and settings."""
         if self.device_key is None:
             return None
         own = self.store.verdict_for(candidate_id, self.device_key, self.config_key, task_id=task.id)
@@ -74,8 +76,9 @@ class Engine:
         """A future of the candidate's Judged (or of the error that prevented it). The candidate must be
         in the store already. `thresholds`: speedups the caller decides at (EvalJob.thresholds)."""
         out: Future = Future()
-        key = (task.id, source_id(code))
+        key = (task.id, code_id(code))
         try:
+            _check_candidate_id(candidate_id, key[1])
             with self._lock:
                 running = self._in_flight.get(key)
             if running is None:
@@ -153,3 +156,11 @@ class Engine:
     def _reuse(self, task: Task, candidate_id: str, verdict: Verdict) -> Judged:
         """The same source judged before or meanwhile: its candidate row already holds the verdict."""
         return Judged(candidate_id, verdict, reused=True, stored=False)
+
+
+def _check_candidate_id(candidate_id: str, exact_id: str) -> None:
+    """The stored verdict is looked up by the caller's id and the running one by the code's: they must
+    be one id, or a program could be handed the verdict of a different text."""
+    if candidate_id != exact_id:
+        raise ValueError(f"candidate id {candidate_id} is not the id of the code submitted with it ({exact_id}); "
+                         "pass the id store.add_candidate returned for this code")

@@ -35,7 +35,7 @@ from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict, clean_text
-from cuda_l1.tasks import Task, source_id
+from cuda_l1.tasks import Task, code_id
 from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module, module_footprint
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
@@ -272,7 +272,7 @@ class Evaluator:
         started = time.monotonic()
         config, env = self.config, self.env
         verdict = Verdict(status=RUNTIME_ERROR, device=device_name(config.device), versions=versions(config.device),
-                          task_id=self.task.id, task_name=self.task.key, candidate_id=source_id(source))
+                          task_id=self.task.id, task_name=self.task.key, candidate_id=code_id(source))
         findings = static_scan.scan(source)
         if env.ref is None:
             env.start_reference()

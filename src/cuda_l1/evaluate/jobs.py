@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Check, Verdict
-from cuda_l1.tasks import Task, source_id
+from cuda_l1.tasks import Task, code_id
 
 
 @dataclass
@@ -25,14 +25,14 @@ class EvalJob:
 
     task: Task
     source: str
-    key: str = ""  # the caller's handle (defaults to the candidate's content id)
+    key: str = ""  # the caller's handle (defaults to the candidate's id, tasks.code_id)
     best_known_speedup: float | None = None  # for the re-measure rule
     thresholds: tuple[float, ...] = ()  # speedups the caller decides at: timing may stop once clear of them
     meta: dict = field(default_factory=dict)  # passed back untouched (origin, strategy, ...)
 
     def __post_init__(self):
         if not self.key:
-            self.key = source_id(self.source)
+            self.key = code_id(self.source)
 
 
 @dataclass
@@ -58,7 +58,7 @@ def failed_verdict(job: EvalJob, message: str, *, evaluation_failed: bool = True
     Verdict.settled); False when the candidate is its likely cause (its worker died every time)."""
     checks = [Check("evaluator", False, message[:500])] if evaluation_failed else []
     return Verdict(status=RUNTIME_ERROR, reasons=[message], task_id=job.task.id, task_name=job.task.key,
-                   candidate_id=source_id(job.source), checks=checks)
+                   candidate_id=code_id(job.source), checks=checks)
 
 
 KEEP_REFERENCES = 2  # prepared references a worker holds: a task's candidates back to back, and one more

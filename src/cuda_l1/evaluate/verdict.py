@@ -69,7 +69,7 @@ class Verdict:
     versions: dict[str, str] = field(default_factory=dict)  # python, torch, cuda, driver, triton, cuda_l1
     task_id: str = ""
     task_name: str = ""
-    candidate_id: str = ""  # content hash of the candidate source
+    candidate_id: str = ""  # id of the candidate's exact source (tasks.code_id)
     raw_speedup: float | None = None  # the measured ratio before conservative rounding
     timing: dict[str, Any] = field(default_factory=dict)  # per-side statistics, protocol, GPU telemetry
     sandbox: dict[str, Any] = field(default_factory=dict)  # which isolation layers were enforced

@@ -47,7 +47,7 @@ class ResultRow:
     level: int  # KernelBench level; 0 when unknown
     origin: str  # the strategy ("eager", "compile", …) or policy ("llm:model-x") that wrote the candidate
     verdict: Verdict  # what the evaluator said
-    candidate_id: str = ""  # content hash of the candidate source, when known
+    candidate_id: str = ""  # id of the candidate's exact source (tasks.code_id), when known
     extra: dict = field(default_factory=dict)  # anything else the caller wants carried along
 
     @property

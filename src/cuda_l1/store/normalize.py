@@ -1,13 +1,19 @@
 """Identities of candidate code: the exact-content id and the normalised-code hash.
 
+A candidate's id (`candidate_id`, the store's key and `Verdict.candidate_id`) is a hash of its exact
+text: two sources that differ in one trailing space or in line-end style are two candidates, each
+with verdicts of its own, since such a difference can change what runs (a backslash followed by a
+space is a syntax error where the stripped line continues; a string literal keeps its spaces).
+
 Two candidates that differ only in comments, blank lines or spacing share a `norm_hash`: listings
 show one of them (the fastest of a group, for prompts and training data). It never stands in for a
 verdict: each exact source is evaluated on its own (engine.py), since a program can read its own
-layout (its line numbers, its comments through linecache) and behave differently. String contents are kept whole, line breaks and
-indentation inside them included: a changed string literal can change what runs (an inline CUDA
-source, a macro continued over a blank line, exec'd code). Line ends are made `\n` first, the way the
-compiler reads them: a lone `\r` ends a line for `compile()` but not for `tokenize`, which would
-otherwise take everything after `# comment\r` for part of the comment and hide it from the hash.
+layout (its line numbers, its comments through linecache) and behave differently. String contents
+are kept whole, line breaks and indentation inside them included: a changed string literal can
+change what runs (an inline CUDA source, a macro continued over a blank line, exec'd code). Line ends
+are made `\n` first, the way the compiler reads them: a lone `\r` ends a line for `compile()` but
+not for `tokenize`, which would otherwise take everything after `# comment\r` for part of the
+comment and hide it from the hash.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import io
 import json
 import tokenize
 
-from cuda_l1.tasks.task import source_id
+from cuda_l1.tasks.task import code_id
 
 # Tokens that carry no program meaning once layout is ignored. INDENT/DEDENT stay (as markers, not
 # their width) because indentation decides block structure in Python.
@@ -25,8 +31,9 @@ _DROPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENDMARKER, tokenize.ENCODING
 
 
 def candidate_id(code: str) -> str:
-    """Content id of a candidate: the same `source_id` the evaluator puts in `Verdict.candidate_id`."""
-    return source_id(code)
+    """Id of a candidate: `tasks.code_id` of its exact text, the id the evaluator puts in
+    `Verdict.candidate_id` (never the normalised `source_id` that task ids use)."""
+    return code_id(code)
 
 
 # Python 3.12 splits f-strings into several tokens (3.11 keeps one STRING token); taking the f-string's

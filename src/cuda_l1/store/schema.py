@@ -3,21 +3,28 @@
 `PRAGMA user_version` holds how many migrations a DB has had. Migrations are history: never edit
 one that has shipped; append a new one. Each is applied in its own transaction together with the
 version bump, so a crash mid-migration leaves the DB at the previous version, not half-migrated.
+A migration step is an SQL statement, or a function of the connection (migrations.py) for what SQL
+alone cannot compute, such as a hash.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Callable
 
 from cuda_l1.errors import UserError
+from cuda_l1.store.migrations import v2_exact_candidate_ids
 
 BUSY_TIMEOUT_MS = 30_000  # another process (a report, a backup) may hold the lock briefly
 
 # Status values as of the first schema; spelled out because a migration must not change with the code.
 _V1_STATUSES = "'ok','incorrect','rejected','compile_error','runtime_error','timeout','parse_error'"
 
-MIGRATIONS: list[list[str]] = [
+# A migration step: an SQL statement, or a function of the connection (in migrations.py).
+Step = str | Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: list[list[Step]] = [
     # 1: runs, tasks, candidates, verdicts, prompts, completions, reference timings.
     [
         """CREATE TABLE runs (
@@ -119,6 +126,8 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (task_id, device, versions_key)
         )""",
     ],
+    # 2: candidate ids hash the exact code, not a normalised form.
+    [v2_exact_candidate_ids],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -188,8 +197,11 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
             if version == SCHEMA_VERSION:
                 conn.execute("COMMIT")
                 return
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
+            for step in MIGRATIONS[version]:
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:

@@ -14,12 +14,13 @@ from cuda_l1.tasks.loaders import (
     select_tasks,
 )
 from cuda_l1.tasks.sizes import for_device
-from cuda_l1.tasks.task import Task, make_task, source_id
+from cuda_l1.tasks.task import Task, code_id, make_task, source_id
 
 __all__ = [
     "BUILTIN",
     "SolutionRecord",
     "Task",
+    "code_id",
     "find_task",
     "for_device",
     "load_builtin",

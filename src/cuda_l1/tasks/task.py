@@ -24,8 +24,25 @@ def normalize_source(source: str) -> str:
 
 
 def source_id(source: str) -> str:
-    """Stable id of a source text: the first 12 hex digits of the SHA-256 of its normalised form."""
+    """Stable id of a task source: the first 12 hex digits of the SHA-256 of its normalised form.
+
+    For tasks only (Task.id). A candidate is identified by `code_id`: two candidates that normalise
+    alike can still be different programs."""
     return hashlib.sha256(normalize_source(source).encode()).hexdigest()[:12]
+
+
+def code_id(source: str) -> str:
+    """Id of a candidate program: the first 16 hex digits of the SHA-256 of its exact text, UTF-8.
+
+    Exact bytes, nothing normalised: trailing whitespace and line-end style can change what runs (a
+    backslash followed by a space is a syntax error, the stripped line a continuation; a string
+    literal keeps its spaces), so a verdict may only stand for the very same text. 16 digits, not
+    source_id's 12: an exact id is never mistaken for a normalised one (a store written before exact
+    ids held 12-digit ones; its migration renames each row without ever meeting another row's id),
+    and 64 bits keep collisions out of reach for any number of candidates a store will hold.
+    `surrogatepass`: a lone surrogate (from decoded JSON) still gets an id instead of an exception.
+    """
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
