@@ -83,6 +83,21 @@ def test_round_trip_text_usage_latency_and_model(chat_server, monkeypatch):
     assert stats["cost"] == pytest.approx(c.cost)
 
 
+def test_a_lone_surrogate_in_a_completion_can_still_be_stored(chat_server, tmp_path):
+    # JSON's "\ud800" decodes to a str no UTF-8 store can hold; the completion arrives cleaned.
+    from cuda_l1.store import Store
+    from cuda_l1.tasks import load_builtin
+
+    chat_server.enqueue(Reply(text="x = '\ud800'"))
+    client = LLMClient(endpoint(chat_server))
+    [c] = run(client, lambda cl: cl.complete(MESSAGES))
+    assert c.ok and c.text == "x = '?'"
+    with Store(tmp_path / "history.sqlite") as store:
+        task_id = store.add_task(load_builtin()[0])
+        prompt_id = store.record_prompt(task_id, MESSAGES)
+        store.record_completion(prompt_id, c.text, parse_status="parse_error")
+
+
 def test_length_finish_reason_and_overrides(chat_server):
     chat_server.enqueue(Reply(text="x" * 400))
     client = LLMClient(endpoint(chat_server))

@@ -160,3 +160,22 @@ def test_a_schema_1_store_opened_read_only_asks_for_a_migration(tmp_path):
     v1_store(path)
     with pytest.raises(UserError, match="open it once for writing"):
         Store(path, readonly=True)
+
+
+def test_a_process_still_writing_old_ids_into_a_migrated_store_is_stopped(tmp_path):
+    # An older cuda-l1 that opened the store before the upgrade would go on inserting 12-digit ids,
+    # rows no migration would ever fix (and a resumed run would stumble over).
+    path = tmp_path / "history.sqlite"
+    v1_store(path)
+    Store(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    old_id = code_id(SPACED)[:12]
+    with pytest.raises(sqlite3.IntegrityError, match="upgrade this process"):
+        conn.execute("INSERT INTO candidates (task_id, id, code, norm_hash, origin, run_id, created_at)"
+                     " VALUES (?, ?, 'x = 1', 'n', '{}', NULL, 0)", (TASK_A.id, old_id))
+    with pytest.raises(sqlite3.IntegrityError, match="upgrade this process"):
+        conn.execute("INSERT INTO verdicts (task_id, candidate_id, device, status, verdict, created_at)"
+                     " VALUES (?, ?, 'cpu', 'ok', '{}', 0)", (TASK_A.id, old_id))
+    indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"run_candidates_by_candidate", "completions_by_candidate"} <= indexes
+    conn.close()

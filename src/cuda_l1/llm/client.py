@@ -50,6 +50,12 @@ class Completion:
     cost: float  # price of this choice's tokens under the endpoint's prices
     error: str | None = None  # None on success, else a one-line reason
 
+    def __post_init__(self):
+        # JSON may carry a lone surrogate ("\ud800"): Python keeps it in a str, but no UTF-8 store can
+        # hold it, so it would fail where the completion is recorded. It becomes "?" here.
+        if isinstance(self.text, str):
+            object.__setattr__(self, "text", self.text.encode("utf-8", "replace").decode("utf-8"))
+
     @property
     def ok(self) -> bool:
         return self.error is None

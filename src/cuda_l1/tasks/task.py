@@ -40,7 +40,8 @@ def code_id(source: str) -> str:
     source_id's 12: an exact id is never mistaken for a normalised one (a store written before exact
     ids held 12-digit ones; its migration renames each row without ever meeting another row's id),
     and 64 bits keep collisions out of reach for any number of candidates a store will hold.
-    `surrogatepass`: a lone surrogate (from decoded JSON) still gets an id instead of an exception.
+    `surrogatepass`: a lone surrogate still gets an id instead of an exception (completions are
+    cleaned of them where they arrive, llm.client.Completion, since the store cannot hold them).
     """
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
