@@ -69,7 +69,8 @@ class EvalSection:
     workers: int = setting(0, "CPU workers (device cpu), or a cap on GPU workers (0: one per GPU / one on CPU)")
     quick_timing: bool = setting(False, "shorter timing protocol: CPU smoke runs and tests only")
     tolerance: str = setting("oracle", "oracle (float64 reference) or kernelbench")
-    correctness_trials: int = setting(5, "independent input sets checked before timing")
+    correctness_trials: int = setting(5, "rounds of a correctness-only evaluation (timing off), each checked "
+                                      "against the float64 oracle; timed ones draw such rounds at oracle_rate")
 
 
 # -- reading --------------------------------------------------------------------------------------
