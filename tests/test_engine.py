@@ -237,6 +237,27 @@ def test_a_failure_of_the_evaluation_itself_is_judged_again_not_reused(tmp_path,
     pool.answer(1)
     assert again.result(timeout=10).verdict.ok and not again.result().reused
     assert follower.result(timeout=10).reused and follower.result().verdict.ok
+    # The second evaluation's verdict replaced the unsettled one: it is what stands from now on.
+    stored = store.verdict_for(first, "test-gpu", "k", task_id=TASK.id)
+    assert again.result().stored and stored.ok and stored.attempts == 2
+    assert engine.submit(TASK, first, CANDIDATE).result(timeout=10).reused and len(pool.jobs) == 2
+
+
+def test_an_evaluation_failure_that_recurs_stands_after_three_tries(tmp_path):
+    # A program that makes every evaluation of it fail (it crashes the reference beside it, say)
+    # would otherwise be evaluated again at every submission: RL resubmits the same text often.
+    from cuda_l1.engine import UNSETTLED_TRIES
+
+    store, (first, _) = _store(tmp_path)
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="test-gpu", config_key="k", run_id=None)
+    for attempt in range(UNSETTLED_TRIES):
+        future = engine.submit(TASK, first, CANDIDATE)
+        pool.answer(attempt, status="runtime_error", checks=[Check("reference_ran", False, "it died beside it")])
+        assert not future.result(timeout=10).reused and len(pool.jobs) == attempt + 1
+    again = engine.submit(TASK, first, CANDIDATE)
+    assert again.done() and again.result().reused and len(pool.jobs) == UNSETTLED_TRIES
+    assert again.result().verdict.status == "runtime_error" and not again.result().verdict.settled
 
 
 def test_a_failure_the_candidate_caused_stands(tmp_path):

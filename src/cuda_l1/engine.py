@@ -26,6 +26,9 @@ from cuda_l1.store import Store
 from cuda_l1.tasks import Task, code_id
 
 
+UNSETTLED_TRIES = 3  # evaluations of one program that may fail as evaluations before the last failure stands
+
+
 @dataclass
 class Judged:
     """What became of one submitted candidate."""
@@ -65,11 +68,15 @@ class Engine:
 
     def known(self, task: Task, candidate_id: str, code: str) -> Verdict | None:
         """A stored settled verdict (Verdict.settled) for this candidate (its exact source's id) on
-        this device and settings."""
+        this device and settings; or its latest unsettled one once UNSETTLED_TRIES evaluations in a
+        row failed as evaluations (an evaluation's own failure is retried, but a program that makes
+        every evaluation of it fail, say by crashing the reference beside it, is not judged forever)."""
         if self.device_key is None:
             return None
         own = self.store.verdict_for(candidate_id, self.device_key, self.config_key, task_id=task.id)
-        return own if own is not None and own.settled else None  # an evaluation's own failure is retried
+        if own is not None and (own.settled or own.attempts >= UNSETTLED_TRIES):
+            return own
+        return None
 
     def submit(self, task: Task, candidate_id: str, code: str, *, best_known: float | None = None,
                thresholds: tuple[float, ...] = (), meta: dict | None = None) -> Future:

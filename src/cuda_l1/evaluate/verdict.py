@@ -75,6 +75,7 @@ class Verdict:
     sandbox: dict[str, Any] = field(default_factory=dict)  # which isolation layers were enforced
     log: str = ""  # tail of what the candidate printed (a log, never a result)
     elapsed_s: float = 0.0  # wall time of the whole evaluation
+    attempts: int = 1  # evaluations it stands for: a stored unsettled verdict is replaced by the next one, counting
 
     @property
     def ok(self) -> bool:

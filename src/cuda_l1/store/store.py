@@ -168,7 +168,9 @@ class Store(VerdictQueries):
         task_id: str | None = None,
         reference_sample: bool = True,
     ) -> bool:
-        """Store a verdict once per (candidate, device, config key). Returns False if one was already stored.
+        """Store a verdict once per (candidate, device, config key). Returns False if one was already
+        stored. An unsettled one (Verdict.settled: the evaluation itself failed) is not a finding about
+        the program: the next verdict replaces it, with `attempts` counting the evaluations.
 
         config_key: a string, or the evaluation settings themselves (hashed with `stable_key`).
         reference_sample: the verdict's reference timing is a new measurement (False for a copy of a
@@ -193,9 +195,25 @@ class Store(VerdictQueries):
                 "SELECT 1 FROM candidates WHERE task_id = ? AND id = ?", (task_id, candidate_id)
             ).fetchone() is None:
                 raise ValueError(f"unknown candidate {candidate_id} of task {task_id}; add_candidate() it first")
+            before = conn.execute("SELECT id, verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
+                                  " AND config_key = ?", (task_id, candidate_id, device, stable_key(config_key))).fetchone()
+            if before is not None:
+                replaced = Verdict.from_json(before["verdict"])
+                if replaced.settled:
+                    return False
+                stored.attempts = replaced.attempts + 1
             reference = self._reference_update(task_id, stored) if reference_sample else None
             if reference is not None:
                 stored.checks = [*stored.checks, reference[0]]
+            if before is not None:
+                conn.execute(
+                    """UPDATE verdicts SET run_id = ?, status = ?, speedup = ?, raw_speedup = ?, reference_ms = ?,
+                           candidate_ms = ?, ci_low = ?, ci_high = ?, verdict = ?, created_at = ? WHERE id = ?""",
+                    (run_id, verdict.status, verdict.speedup, verdict.raw_speedup, verdict.reference_ms,
+                     verdict.candidate_ms, ci[0], ci[1], stored.to_json(), time.time(), before["id"]))
+                if reference is not None:
+                    self._upsert_reference(conn, task_id, stored.device, stored.versions, reference[1])
+                return True
             cur = conn.execute(
                 """INSERT INTO verdicts (task_id, candidate_id, run_id, device, config_key, status, speedup,
                        raw_speedup, reference_ms, candidate_ms, ci_low, ci_high, verdict, created_at)
