@@ -138,9 +138,3 @@ def floor_epsilons(dtype: torch.dtype, config: ToleranceConfig) -> float:
     wide = own if (not dtype.is_floating_point or dtype.itemsize >= 4) else torch.finfo(torch.float32).eps
     return max(config.floor_eps * wide, config.low_precision_ulps * own)
 
-
-def spot_bound(comparisons: list[Comparison]) -> float:
-    """Tolerance for spot checks of timed calls against the (non-oracle) reference output."""
-    worst_allowed = max((c.allowed_error for c in comparisons), default=0.0)
-    worst_ref = max((c.reference_error for c in comparisons if c.reference_error == c.reference_error), default=0.0)
-    return 2.0 * (worst_allowed + worst_ref)
