@@ -205,3 +205,81 @@ def get_init_inputs():
     assert _output_bytes(load_task_module(Task(name="small_k", level=1, source=source))) == 4096 * 4096 * 4
     bad = source.replace("return a @ b", "return a[: int(a.sum().item() > 0) + 1] @ b")
     assert _output_bytes(load_task_module(Task(name="item", level=1, source=bad))) is None  # not on meta: unknown
+
+
+def test_packed_inputs_fill_a_buffer_in_one_copy_and_show_any_write_to_it():
+    """InputSource.pack lays a round's slots out as a side's buffer holds them (used on CUDA, where
+    a copy and a comparison per input cost a launch and a synchronisation each)."""
+    from cuda_l1.evaluate.slots import InputSource, RoundInputs, SlotBuffer
+    from cuda_l1.tasks import Task
+    from cuda_l1.tasks.runtime import load_task_module
+
+    source = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b, k):
+        return a[: b.shape[0]] * k + b.float().sum()
+
+
+def get_inputs():
+    return [torch.randn(7, 3), torch.randint(0, 5, (5,), dtype=torch.int16), 3]
+
+
+def get_init_inputs():
+    return []
+"""
+    module = load_task_module(Task(name="pack", level=1, source=source))
+    src = InputSource(module, "cpu", "pack")
+    generated = [src.generate(seed) for seed in (1, 2, 3)]
+    packed, views = src.pack(generated)
+    for got, want in zip(views, generated):
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[2] == 3
+        assert got[0].data_ptr() != want[0].data_ptr()  # views of the packed bytes, not the originals
+    buffer = SlotBuffer(src, 4, os.memfd_create("pack-test", os.MFD_ALLOW_SEALING))
+    try:
+        buffer.write_packed(packed, 3)
+        assert all(buffer.unchanged(slot, generated[slot]) for slot in range(3))
+        assert buffer.holds_packed(packed, 3)
+        buffer.raw[src.slot_bytes + 5] ^= 1  # one byte of the second slot
+        assert not buffer.holds_packed(packed, 3) and buffer.holds_packed(packed, 1)
+        assert not buffer.unchanged(1, generated[1])
+        inputs = RoundInputs(views, packed)
+        assert len(inputs) == 3 and inputs[2] is views[2]
+    finally:
+        buffer.close()
+
+
+def test_spots_of_many_outputs_at_once_match_spot_checks_one_by_one():
+    """One gather for all checked outputs of a request (the reference side's CUDA path): the same
+    positions and the same findings as comparing each output alone, whatever its strides or dtype."""
+    import random
+
+    from cuda_l1.evaluate import verify
+
+    base = torch.randn(6, 10)
+    outputs = [
+        (base.t(), base.t().clone()),  # transposed view against a contiguous copy
+        (base[:, 2:7], base[:, 2:7].clone() + 1e-6),
+        (torch.arange(12, dtype=torch.int32).reshape(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)),
+        (torch.randn(5, dtype=torch.complex64), None),
+        (torch.empty(0, 3), torch.empty(0, 3)),
+        (torch.tensor(2.5), torch.tensor(2.5)),
+    ]
+    outputs[3] = (outputs[3][0], outputs[3][0].clone())
+    wrong = base.t().clone()
+    wrong[3, 1] += 1.0  # one element off: found only if drawn, alike both ways
+    outputs.append((wrong, base.t().contiguous()))
+    for seed in range(20):
+        one = [verify.spot_values(c, r, 16, random.Random(seed + i), 1e-4) for i, (c, r) in enumerate(outputs)]
+        many = verify.spots_at_once([(c, r, 16, random.Random(seed + i), 1e-4) for i, (c, r) in enumerate(outputs)])
+        assert many == one
+        assert many[:6] == [None] * 6
+    assert verify.spots_at_once([(wrong, base.t().contiguous(), 10_000, random.Random(0), 1e-4)])[0] is not None
+    # Only empty outputs; and complex outputs at an odd count (each output's values start anywhere).
+    assert verify.spots_at_once([(torch.empty(0), torch.empty(0), 8, random.Random(0), 1.0)]) == [None]
+    z = torch.randn(7, dtype=torch.complex64)
+    odd = [(torch.randn(3), torch.randn(3) + 5, 3, random.Random(1), 1e-3), (z, z.clone(), 3, random.Random(2), 1e-3)]
+    assert [p is None for p in verify.spots_at_once(odd)] == [False, True]

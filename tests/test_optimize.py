@@ -597,18 +597,21 @@ def scripted_model(tasks: list) -> Script:
 def test_optimize_builtin_on_the_gpu_against_a_scripted_model(tmp_path):
     """`cuda-l1 optimize builtin --base-url ... --model ...` on the GPU: every task gets its budget,
     cheats are refused, a report is written. With $CUDA_L1_RESULTS_DIR set, the run's summary, the
-    command, GPU, versions, date and wall time go to optimize_builtin_gpu.json there."""
+    command, GPU, versions, date and wall time go to optimize_builtin_gpu.json there.
+    $CUDA_L1_OPTIMIZE_LEVELS (say "1") narrows the suite to those levels."""
     import torch
 
     from cuda_l1.tasks import load_builtin
 
-    tasks = load_builtin()
+    levels = os.environ.get("CUDA_L1_OPTIMIZE_LEVELS", "")
+    tasks = [t for t in load_builtin() if not levels or str(t.level) in levels.split(",")]
     script = scripted_model(tasks)
     out = tmp_path / "run"
     started = time.monotonic()
     with ChatServer(responder=script) as server:
         args = cli("builtin", "--base-url", server.base_url, "--model", MODEL, "--budget", "3",
-                   "--strategies", "eager,compile,cudagraph", "--device", "cuda", "--out", str(out), "--json")
+                   "--strategies", "eager,compile,cudagraph", "--device", "cuda", "--out", str(out), "--json",
+                   *(["--levels", levels] if levels else []))
         done = subprocess.run(args, env=cli_env(), capture_output=True, text=True, timeout=3500)
     wall = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-3000:]

@@ -72,6 +72,23 @@ def test_malformed_replies_raise_protocol_errors(bad):
         validate.decode(_ran(**bad), from_side=True)
 
 
+def test_a_rounds_checked_calls_travel_in_one_verify_request_and_one_reply():
+    leaf = protocol.LeafRef("tensor", "torch.Tensor", "float32", [4, 4], [4, 1], 0, 64, "cuda:0",
+                            handle="ab" * 64, handle_offset=128)
+    request = protocol.Verify([protocol.CallToVerify(i, i, mode, [-1.0], 7 + i, [leaf])
+                               for i, mode in enumerate(("spots", "oracle", "full"))], 64, {"rtol": 1e-3})
+    assert validate.decode(json.loads(json.dumps(protocol.encode(request))), from_side=False) == request
+    reply = protocol.Verified(True, calls=[[protocol.LeafVerdict(True)], [protocol.LeafVerdict(False, "off by 2")]])
+    assert validate.decode(json.loads(json.dumps(protocol.encode(reply))), from_side=True) == reply
+    for bad in ({"calls": [{"ok": True}]}, {"calls": [[{"ok": "yes"}]]}, {"calls": [[{"ok": True, "extra": 1}]]}):
+        with pytest.raises(ProtocolError):
+            validate.decode({"op": "verified", "ok": True, **bad}, from_side=True)
+    wrong_mode = protocol.encode(request)
+    wrong_mode["calls"][0]["mode"] = "trust-me"
+    with pytest.raises(ProtocolError):
+        validate.decode(wrong_mode, from_side=False)
+
+
 def test_a_side_cannot_send_what_only_the_parent_sends():
     with pytest.raises(ProtocolError):
         validate.decode({"op": "run", "slots": [0]}, from_side=True)
@@ -275,7 +292,7 @@ def test_thaw_refuses_a_tree_that_used_cpu_time_while_stopped(cgroup):
         side.freeze()
         # The harness itself is idle, so the CPU time it "used while stopped" is simulated on the
         # parent's record of it.
-        side._frozen_ticks -= 5000
+        side._frozen_ticks -= 50_000
         from cuda_l1.evaluate.sandbox import ChildFailure
 
         with pytest.raises(ChildFailure):
@@ -422,3 +439,60 @@ def test_a_side_that_keeps_capabilities_is_refused_not_run(tmp_path):
         outcome = pickle.loads(handle.read())
     os.waitpid(pid, 0)
     assert outcome.startswith("refused: the side's identity could not be dropped"), outcome
+
+
+def test_the_reference_side_judges_every_call_of_a_verify_request_in_order(monkeypatch):
+    """The harness's Verify handler, with the candidate's memory read from a table instead of IPC
+    handles (the CUDA path's logic, run on the CPU): one verdict list per call, each against its own
+    output of the reference's last window."""
+    import torch
+
+    from cuda_l1.evaluate import child
+
+    sent = []
+    side = child.Side(chan=None, device="cpu", notes={}, inputs_fd=-1)
+    side.send = sent.append
+    side.kept = [torch.full((8,), float(i)) for i in range(5)]
+    candidate = {100: torch.full((8,), 0.0), 101: torch.full((8,), 1.0), 102: torch.full((8,), 5.0),
+                 103: torch.full((8,), 3.0), 104: torch.full((8,), 9.0)}
+
+    class Table:
+        def tensor(self, leaf, limit):
+            return candidate[leaf.address]
+
+    side.reader = Table()
+    leaves = [protocol.LeafRef("tensor", "torch.Tensor", "float32", [8], [1], 0, 32, "cpu", address=100 + i)
+              for i in range(5)]
+    modes = ["full", "full", "full", "spots", "spots"]  # the spots of calls 4 and 5 are judged together
+    request = protocol.Verify([protocol.CallToVerify(i, i, modes[i], [1e-3], i, [leaves[i]]) for i in range(5)], 4, {})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    side.verify(request)
+    (reply,) = sent
+    assert reply.ok and [[v.ok for v in call] for call in reply.calls] == [[True], [True], [False], [True], [False]]
+    assert "at a checked position" in reply.calls[4][0].detail and set(reply.spent_s) >= {"read", "judge", "spots"}
+
+
+def test_an_extension_given_to_a_side_never_follows_links_it_planted(tmp_path):
+    """The side's code runs before its extension is built: links it made in its scratch directory
+    (the old fixed `ext` folder, a link to the parent's files) must not carry the file anywhere else."""
+    from cuda_l1.evaluate.sides import give_file
+
+    scratch, victim = tmp_path / "scratch", tmp_path / "victim"
+    scratch.mkdir()
+    victim.mkdir(mode=0o700)
+    (scratch / "ext").symlink_to(victim)  # what the candidate planted
+    built = tmp_path / "lib.so"
+    built.write_bytes(b"\x7fELF built")
+
+    class Proc:  # what give_file needs of a side
+        notes: dict = {}
+
+        def harness_pid(self):
+            return None
+
+    proc = Proc()
+    proc.scratch = str(scratch)
+    given = give_file(proc, str(built))
+    assert os.path.dirname(given) != str(scratch / "ext") and open(given, "rb").read() == b"\x7fELF built"
+    assert list(victim.iterdir()) == [] and (victim.stat().st_mode & 0o777) == 0o700
+    assert not os.path.samefile(given, built)  # a copy: the side cannot write to the build cache's file

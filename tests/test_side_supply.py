@@ -48,6 +48,9 @@ class Started:
     def thaw(self):
         Started.calls.append(("thaw", self.id))
 
+    def started(self) -> bool:
+        return getattr(self, "done_starting", False)
+
 
 A = SideKind("sandbox-a", "cuda", (), None)
 B = SideKind("sandbox-b", "cuda", (), None)
@@ -97,7 +100,13 @@ def test_warming_spares_are_stopped_for_a_window_and_resumed_after(monkeypatch):
         assert Started.calls == [("freeze", first.id), ("freeze", second.id)] and settled == [True]
         assert second.closed and [p for _, p in supply._ready] == [first]  # one that cannot stop is dropped
     assert Started.calls[-1] == ("thaw", first.id)
-    monkeypatch.setattr(side_supply, "WARMING_S", 0.0)  # warm spares are idle: nothing to stop
+    first.done_starting = True  # done starting: blocked on its channel, nothing to stop
+    Started.calls.clear()
+    with supply.stopped(settle=lambda: settled.append(True)):
+        pass
+    assert Started.calls == []
+    first.done_starting = False
+    monkeypatch.setattr(side_supply, "WARMING_S", 0.0)  # old spares are idle: nothing to stop
     Started.calls.clear()
     with supply.stopped(settle=lambda: settled.append(True)):
         pass
@@ -142,3 +151,19 @@ def test_two_tasks_share_warm_sides_and_judge_alike():
     assert [v.status for v in verdicts] == ["ok", "incorrect", "ok", "incorrect"]
     assert supply.handed_out == 6 and supply.warm_handed_out >= 4  # the second task's reference came warm
     assert len(pids) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_real_side_says_it_has_started_once_its_harness_took_the_key():
+    from cuda_l1.evaluate.config import SandboxConfig
+    from cuda_l1.evaluate.sandbox import SideProcess
+
+    side = SideProcess.start(SandboxConfig(), "cpu", [])
+    try:
+        assert not side.started()  # importing torch takes longer than this line
+        deadline = time.monotonic() + 60
+        while not side.started() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert side.started() and side.exit_info().reason == "running"
+    finally:
+        side.close(graceful=False)

@@ -20,6 +20,7 @@ import json
 import os
 import select
 import struct
+import sys
 import time
 from dataclasses import dataclass
 
@@ -48,6 +49,17 @@ class Envelope:
 
     header: dict
     blobs: list[bytes]
+
+
+def unread_bytes(fd: int) -> int:
+    """Bytes written into a pipe and not yet read from it (-1 if that cannot be told)."""
+    import fcntl
+    import termios
+
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    except OSError:
+        return -1
 
 
 def new_key() -> bytes:

@@ -19,9 +19,9 @@ import sys
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, ConfinementError, confine_process
-from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, LeafVerdict, Loaded,
+from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
-                                       Verified, Verify, encode)
+                                       Verify, encode)
 from cuda_l1.evaluate.rebinding import rebound, snapshot
 from cuda_l1.evaluate.validate import decode
 from cuda_l1.evaluate.warmup import prewarm, probe_ipc
@@ -255,47 +255,10 @@ class Side:
         self.send(Oracled(True, call=self.describe(self.oracle_kept)))
 
     def verify(self, msg: Verify) -> None:
-        """Compare a candidate's call, read through its IPC handles, with this side's own call on the
-        same inputs (the reference side on CUDA; see protocol.Verify)."""
-        import random
+        """Compare a round's checked calls with this side's own (the reference side on CUDA)."""
+        from cuda_l1.evaluate.reference_checks import verify_request
 
-        import torch
-
-        from cuda_l1.evaluate import verify as judge
-        from cuda_l1.evaluate.inputs import flatten_outputs
-        from cuda_l1.evaluate.precision import ToleranceConfig
-        from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
-
-        try:
-            if self.reader is None:
-                self.reader = RemoteMemory(self.device, lambda: None, 1 << 44)
-            _, mine = flatten_outputs(self.kept[msg.ref_index])
-            oracle, note = None, ""
-            if msg.mode == "oracle":
-                try:
-                    _, oracle = flatten_outputs(self._oracle_outputs(msg.slot))
-                except RuntimeError as exc:
-                    note = str(exc)
-            tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
-            rng = random.Random(msg.seed)
-            results = []
-            for index, (leaf, ref) in enumerate(zip(msg.leaves, mine)):
-                if leaf.kind != "tensor" or not isinstance(ref, torch.Tensor):
-                    results.append(LeafVerdict(True))
-                    continue
-                try:
-                    cand = self.reader.tensor(leaf, limit=2 * ref.numel() * ref.element_size() + (1 << 20))
-                except Unreadable as exc:
-                    results.append(LeafVerdict(False, unreadable=str(exc)))
-                    continue
-                o = oracle[index] if oracle is not None and isinstance(oracle[index], torch.Tensor) else None
-                bound = msg.bounds[index] if index < len(msg.bounds) and msg.bounds[index] >= 0 else None
-                results.append(judge.judge_leaf(cand, ref, o, msg.mode, bound, rng, msg.spots, tolerance))
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
-            self.send(Verified(False, f"{type(exc).__name__}: {exc}"))
-            return
-        self.send(Verified(True, leaves=results, oracle_note=note))
+        self.send(verify_request(self, msg))
 
     def release(self) -> None:
         if self.reader is not None:

@@ -94,8 +94,10 @@ class EvalConfig:
                                      "gives each GPU worker its own)")
     best_known_speedup: float | None = setting(None, "best verified speedup for this task, for the re-measure rule")
     remeasure: bool = setting(True, "apply the re-measure rule")
-    prewarm: bool | None = setting(None, "keep a spare candidate process (torch imported, device "
-                                   "ready) started ahead; default: on CUDA")
+    prewarm: bool | None = setting(None, "keep spare side processes (torch imported, device ready) "
+                                   "started ahead; default: on CUDA")
+    spares: int = setting(3, "with prewarm, how many spare sides a worker keeps starting: a run of quick "
+                          "rejections takes one each, and a spare that is still starting waits")
     build_cache_dir: str | None = setting(None, "where extension builds are cached (default:"
                                           " CUDA_L1_CACHE or ~/.cache)")
     input_memory_bytes: int | None = setting(None, "budget for the input slots of both sides "
@@ -127,6 +129,7 @@ def check_settings(config: EvalConfig) -> None:
         (is_spelled(device),
          f"device is cpu, cuda or cuda:N (got {device!r})"),
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
+        (1 <= config.spares <= 16, "spares must be between 1 and 16"),
         (min(config.timeout_s, config.load_timeout_s, config.first_call_timeout_s, config.call_timeout_s) > 0,
          "every timeout must be positive"),
         (t.window_s > 0 and t.max_time_s > 0 and t.warmup_s >= 0, "timing window_s and max_time_s must be positive"),

@@ -276,8 +276,10 @@ class Evaluator:
         findings = static_scan.scan(source)
         if env.ref is None:
             env.start_reference()
+        side_started = time.perf_counter()
         cand = env.start_side()
         referee = Referee(env, cand, source, config, deadline=started + config.timeout_s, thresholds=thresholds)
+        referee.phases["start_side"] = time.perf_counter() - side_started  # a spare's hand-over, or a start
         try:
             with referee.phase("load"):
                 loaded = referee.load()
@@ -297,12 +299,13 @@ class Evaluator:
             referee.status = RUNTIME_ERROR
             verdict.timing["evaluator_error"] = traceback.format_exc()[-3000:]
         finally:
-            if referee.cand is not None:
-                referee.cand.memory.close()
-            log = cand.close(graceful=referee.status is None)
-            if referee.cand is not None:
-                referee.cand.buffer.close()
-            self._settle_reference()
+            with referee.phase("teardown"):
+                if referee.cand is not None:
+                    referee.cand.memory.close()
+                log = cand.close(graceful=referee.status is None)
+                if referee.cand is not None:
+                    referee.cand.buffer.close()
+                self._settle_reference()
         checks = list(referee.checks.values())
         checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
         # Reasons, details and the log may carry text the candidate wrote (exception messages, prints).
@@ -316,7 +319,8 @@ class Evaluator:
         if referee.status is not None:
             verdict.status = referee.status
             if config.device.startswith("cuda") and referee.status in (RUNTIME_ERROR, TIMEOUT):
-                healthy, note = gpu_healthy(config.device)
+                with referee.phase("gpu_health"):
+                    healthy, note = gpu_healthy(config.device)
                 verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
         elif referee.estimate is None:  # timing disabled: correct, not timed
             verdict.status = OK
@@ -328,6 +332,9 @@ class Evaluator:
             verdict.reference_ms, verdict.candidate_ms = est.reference_ms, est.candidate_ms
             verdict.speedup = est.score
             verdict.timing = {**referee.timing, **verdict.timing}
+        # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
+        verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}
+        verdict.timing["phases_s"].update({f"verify.{k}": round(v, 3) for k, v in referee.verify_spent.items()})
         verdict.elapsed_s = time.monotonic() - started
         return verdict
 

@@ -64,7 +64,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     config = dataclasses.replace(config, device=device)
     # One supply for all of the worker's tasks: the sides a new task needs (its reference's and its
     # first candidate's) were started during the previous task's evaluations.
-    supply = SideSupply(prewarm_of(config), spares=2)
+    supply = SideSupply(prewarm_of(config), spares=config.spares)
     evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply))
     while True:
         item = inbox.get()

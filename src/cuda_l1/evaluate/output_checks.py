@@ -10,11 +10,12 @@ the same call in double precision.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Callable
 
 from cuda_l1.evaluate import verify
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.protocol import LeafVerdict, Oracle, Oracled, Verified, Verify
+from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled, Verified, Verify
 from cuda_l1.evaluate.remote import Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, Side
@@ -47,18 +48,27 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
     return results
 
 
-def on_reference(env, cand_call, ref_index: int, slot: int, mode: str, bounds: list, rng, config: EvalConfig,
-                 time_left: Callable[[], float]) -> list[LeafVerdict]:
-    """CUDA: one verdict per output of the call, compared by the reference's side."""
+def on_reference(env, checked: list[tuple], bounds: list, rng, config: EvalConfig,
+                 time_left: Callable[[], float], spent: dict | None = None) -> list[list[LeafVerdict]]:
+    """CUDA: per checked call (index, candidate's call, mode), one verdict per output, compared by the
+    reference's side in one request for all of them. `spent` gathers where the time went."""
     ref = env.ref
-    request = Verify(ref_index, slot, mode, [-1.0 if b is None else b for b in bounds], rng.randrange(1 << 62),
-                     config.timing.spot_checks, cand_call.leaves, dataclasses.asdict(config.tolerance))
-    reply = _ask_reference(ref, request, Verified, config, time_left, "the reference's side failed while comparing")
+    wire_bounds = [-1.0 if b is None else b for b in bounds]
+    calls = [CallToVerify(index, index, mode, wire_bounds, rng.randrange(1 << 62), cand_call.leaves)
+             for index, cand_call, mode in checked]
+    request = Verify(calls, config.timing.spot_checks, dataclasses.asdict(config.tolerance))
+    reply = _ask_reference(ref, request, Verified, config, time_left, "the reference's side failed while comparing",
+                           spent, calls=len(calls))
     if not reply.ok:
         raise ReferenceFailure("the reference's side could not compare: " + reply.message)
+    if spent is not None:
+        for key, seconds in reply.spent_s.items():
+            spent["side_" + key] = spent.get("side_" + key, 0.0) + seconds
+    if len(reply.calls) != len(calls) or any(len(v) != len(c.leaves) for v, c in zip(reply.calls, calls)):
+        raise ReferenceFailure("the reference's side answered for other calls than it was asked about")
     if reply.oracle_note:
         env.oracle_unavailable = reply.oracle_note
-    return reply.leaves
+    return reply.calls
 
 
 def float64_outputs(env, slot: int, config: EvalConfig, time_left: Callable[[], float]) -> list | None:
@@ -75,13 +85,22 @@ def float64_outputs(env, slot: int, config: EvalConfig, time_left: Callable[[], 
         raise ReferenceFailure(f"the float64 reference's outputs could not be read: {exc}") from None
 
 
-def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_left: Callable[[], float], failed: str):
-    """One request to the reference's side, resumed for it and stopped again after."""
+def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_left: Callable[[], float], failed: str,
+                   spent: dict | None = None, calls: int = 1):
+    """One request to the reference's side (about `calls` calls' work), resumed for it and stopped
+    again after."""
+    marks = [time.perf_counter()]
     ref.proc.thaw()
+    marks.append(time.perf_counter())
     try:
-        return ref.proc.request(request, min(config.call_timeout_s * 4, time_left()), expect)
+        return ref.proc.request(request, min(config.call_timeout_s * 4 * max(calls, 1), time_left()), expect)
     except ChildFailure as failure:
         raise ReferenceFailure(f"{failed}: {failure}") from None
     finally:
+        marks.append(time.perf_counter())
         if ref.proc.exit_info().reason == "running":
             ref.proc.freeze()
+        marks.append(time.perf_counter())
+        if spent is not None:
+            for key, a, b in zip(("thaw", "request", "freeze"), marks, marks[1:]):
+                spent[key] = spent.get(key, 0.0) + b - a

@@ -138,18 +138,26 @@ class Oracle:
 
 
 @dataclass
-class Verify:
-    """Parent -> reference side (CUDA): compare a candidate call's outputs, which the reference side
-    reads through the candidate's IPC handles, with its own outputs of the same inputs. The reference's
-    outputs never leave its process: no handle of its memory exists for anyone to guess."""
+class CallToVerify:
+    """One checked call of a Verify request."""
 
     ref_index: int  # which call of the reference's last run
     slot: int  # the input slot of that call (for the float64 oracle)
     mode: str  # "spots" | "full" | "oracle"
     bounds: list[float]  # allowed difference per output for spots/full (negative: none known yet: the oracle)
     seed: int  # positions for spot checks are drawn from this (chosen by the parent after the window)
+    leaves: list[LeafRef]  # where the candidate says this call's outputs live
+
+
+@dataclass
+class Verify:
+    """Parent -> reference side (CUDA): compare the checked calls of a round, whose outputs the
+    reference side reads through the candidate's IPC handles, with its own outputs of the same inputs.
+    The reference's outputs never leave its process: no handle of its memory exists for anyone to
+    guess. All checked calls of a round go in one request: each request resumes and stops the side."""
+
+    calls: list[CallToVerify]
     spots: int
-    leaves: list[LeafRef]
     tolerance: dict  # precision.ToleranceConfig fields
     op: str = "verify"
 
@@ -171,8 +179,9 @@ class LeafVerdict:
 class Verified:
     ok: bool
     message: str = ""
-    leaves: list[LeafVerdict] = field(default_factory=list)
+    calls: list[list[LeafVerdict]] = field(default_factory=list)  # per call of the request, one per output
     oracle_note: str = ""  # why no float64 oracle was available, if none was
+    spent_s: dict[str, float] = field(default_factory=dict)  # where the side's time went (read, oracle, judge)
     op: str = "verified"
 
 

@@ -59,7 +59,7 @@ class EvalWorker:
         from cuda_l1.evaluate.side_supply import SideSupply
 
         if self.supply is None:
-            self.supply = SideSupply(prewarm_of(self.config), spares=2)
+            self.supply = SideSupply(prewarm_of(self.config), spares=self.config.spares)
         return Evaluator(task, self.config, supply=self.supply)
 
     def info(self) -> dict:

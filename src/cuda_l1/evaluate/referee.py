@@ -23,7 +23,7 @@ from cuda_l1.evaluate.protocol import Mapped, Ran, Run, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
-from cuda_l1.evaluate.slots import SlotBuffer
+from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
 _SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks fail at once
@@ -47,6 +47,7 @@ class Referee:
         self.builds: list[dict] = []
         self.comparisons: dict[int, list] = {}  # output position -> its full comparisons so far
         self.phases: dict[str, float] = {}  # seconds spent per part of measure()
+        self.verify_spent: dict[str, float] = {}  # CUDA: verification's time by step (timing.phases_s)
         self.candidate_first: list[bool] = []  # per timed round: whether the candidate's window came first
         self.rng = random.Random(secrets.randbits(64))
         self.estimate: timing.Estimate | None = None
@@ -104,7 +105,7 @@ class Referee:
         return True
 
     def _window(self, side: Side, slots: list[int], timeout: float, signals: bool = False,
-                inputs: list[list] | None = None, written: int | None = None) -> None:
+                inputs: RoundInputs | None = None, written: int | None = None) -> None:
         """One window of `side`: its inputs written into its buffer, caches flushed, the side resumed,
         its calls run, the side stopped and the device idle again, on the parent's clock. On a GPU the
         inputs are written inside the window, so that nothing a side left waiting for them (a stream
@@ -123,7 +124,7 @@ class Referee:
             pass
 
     def _timed_window(self, side: Side, slots: list[int], timeout: float, signals: bool,
-                      inputs: list[list] | None, count: int, gpu: bool) -> None:
+                      inputs: RoundInputs | None, count: int, gpu: bool) -> None:
         proc, quiet = side.proc, self.env.quiet
         if not gpu:  # a stopped CPU side cannot react to the write: write, then flush, then time
             self._write_inputs(side, inputs, count)
@@ -154,13 +155,16 @@ class Referee:
         side.ran = ran
         side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
 
-    def _write_inputs(self, side: Side, inputs: list[list] | None, count: int) -> None:
-        for slot in range(count):
-            side.buffer.write(slot, inputs[slot])
+    def _write_inputs(self, side: Side, inputs: RoundInputs | None, count: int) -> None:
+        if inputs is not None and inputs.packed is not None:
+            side.buffer.write_packed(inputs.packed, count)
+        else:
+            for slot in range(count):
+                side.buffer.write(slot, inputs[slot])
         self.env.sync()
 
     def _reference_window(self, slots: list[int], timeout: float, signals: bool = False,
-                          inputs: list[list] | None = None, written: int | None = None) -> None:
+                          inputs: RoundInputs | None = None, written: int | None = None) -> None:
         try:
             self._window(self.env.ref, slots, timeout, signals, inputs, written)
         except ChildFailure as failure:
@@ -168,7 +172,7 @@ class Referee:
         if not self.env.ref.ran.ok:
             raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
 
-    def null_windows(self, inputs: list[list], count: int = 5) -> float:
+    def null_windows(self, inputs: RoundInputs, count: int = 5) -> float:
         """The fixed cost of a window with no calls, on the reference: writing the inputs of as many
         calls as real windows make, flushing, the request, the reply, stopping, the idle probe."""
         windows = []
@@ -177,53 +181,42 @@ class Referee:
             windows.append(self.env.ref.window)
         return timing.overhead(windows)
 
-    def _fresh_inputs(self, count: int) -> list[list]:
-        """Values for `count` slots from a new secret seed (each side's window writes them in)."""
-        env = self.env
-        values = []
-        # One secret seed a round, the slots drawn one after another from it: each slot's values are
-        # still new and unpredictable, without paying a reseed per slot (the most a round spent on
-        # fast tasks, where a window holds hundreds of calls).
-        for i in range(count):
-            generated = env.source.generate(secrets.randbits(62) if i == 0 else None)
-            env.source.check_same_layout(generated)
-            values.append(generated)
-        env.sync()
-        return values
+    def _fresh_inputs(self, count: int) -> RoundInputs:
+        inputs = self.env.source.fresh(count)
+        self.env.sync()
+        return inputs
 
     # -- verification ---------------------------------------------------------------------------------
-    def _compare(self, index: int, cand_call, ref_call, ref_index: int, mode: str, round_no: int) -> None:
-        """mode: 'spots', 'full' (against the reference's output) or 'oracle' (float64, in full)."""
-        for finding in verify.describe_mismatch(cand_call, ref_call):
-            self._fail(finding.check, finding.status, f"call {index + 1} of round {round_no + 1}: {finding.reason}")
-        for leaf in cand_call.leaves:
-            if verify.aliases(leaf, self.cand.buffer.handle, self.cand.input_ranges):
-                self._fail("no_input_aliasing", REJECTED, f"an output of call {index + 1} lies in the candidate's input buffer")
-        if self.status is not None:
-            return
-        # One bound per output position, from that output's own full comparisons: a small output does
-        # not inherit the tolerance of a large one.
+    def _compare(self, checked: list[tuple[int, str]], round_no: int) -> None:
+        """Read and compare the outputs of the checked calls (index, mode: 'spots', 'full' against the
+        reference's output, or 'oracle': in full against float64)."""
+        cand_calls, ref_calls = self.cand.ran.calls, self.env.ref.ran.calls
+        # One bound per output position, from that output's own full comparisons before this round: a
+        # small output does not inherit the tolerance of a large one.
         bounds = [verify.spot_bound(self.comparisons[pos]) if self.comparisons.get(pos) else None
-                  for pos in range(len(ref_call.leaves))]
+                  for pos in range(len(ref_calls[0].leaves))]
         if self.config.device.startswith("cuda"):
-            with self.phase("verify_on_reference"):  # part of "verification": one request per checked call
-                results = output_checks.on_reference(self.env, cand_call, ref_index, index, mode, bounds, self.rng,
-                                                     self.config, self.remaining)
+            with self.phase("verify_on_reference"):  # part of "verification": one request per round
+                per_call = output_checks.on_reference(self.env, [(i, cand_calls[i], mode) for i, mode in checked],
+                                                      bounds, self.rng, self.config, self.remaining, self.verify_spent)
         else:
-            results = output_checks.here(self.env, self.cand, cand_call, ref_call, index, mode, bounds, self.rng,
-                                         self.config, self.remaining)
-        for pos, (res, ref_leaf) in enumerate(zip(results, ref_call.leaves)):
-            if ref_leaf.kind != "tensor":
-                continue
-            if res.unreadable:
-                self._fail("outputs_readable", REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
-                continue
-            if res.compared:
-                self.comparisons.setdefault(pos, []).append(Comparison(res.ok, res.detail, res.candidate_error,
-                                                                       res.allowed_error, res.reference_error))
-            if not res.ok:
-                where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
-                self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
+            per_call = (output_checks.here(self.env, self.cand, cand_calls[i], ref_calls[i], i, mode, bounds, self.rng,
+                                           self.config, self.remaining) for i, mode in checked)
+        for (index, _), results in zip(checked, per_call):
+            for pos, (res, ref_leaf) in enumerate(zip(results, ref_calls[index].leaves)):
+                if ref_leaf.kind != "tensor":
+                    continue
+                if res.unreadable:
+                    self._fail("outputs_readable", REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
+                    continue
+                if res.compared:
+                    self.comparisons.setdefault(pos, []).append(Comparison(res.ok, res.detail, res.candidate_error,
+                                                                           res.allowed_error, res.reference_error))
+                if not res.ok:
+                    where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
+                    self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
+            if self.status is not None:
+                return
 
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
@@ -255,11 +248,13 @@ class Referee:
         oracle_at = self.rng.choice(sample) if oracle_round else None
         full_at = (self.rng.choice(sample) if oracle_at is None and self.rng.random() < self.config.timing.full_check_rate
                    else None)
-        for i in sorted(sample):
-            mode = "oracle" if i == oracle_at else "full" if i == full_at else "spots"
-            self._compare(i, calls[i], ref.ran.calls[i], i, mode, round_no)
+        checked = [(i, "oracle" if i == oracle_at else "full" if i == full_at else "spots") for i in sorted(sample)]
+        for i, _ in checked:  # what the descriptions show, before anything is read
+            for finding in verify.call_findings(calls[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):
+                self._fail(finding.check, finding.status, f"call {i + 1} of round {round_no + 1}: {finding.reason}")
             if self.status is not None:
                 return
+        self._compare(checked, round_no)
 
     # -- the rounds -----------------------------------------------------------------------------------
     @contextlib.contextmanager

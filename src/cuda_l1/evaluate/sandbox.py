@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from cuda_l1.evaluate import protocol, side_memory, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
-from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key
+from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key, unread_bytes
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
@@ -216,8 +216,10 @@ class SideProcess:
         if not self.frozen:
             return
         if self._grouped():
-            # 1 ms of slack: the kernel's accounting of the stop itself.
-            if self.group.cpu_usec() > self._frozen_ticks + 1000:
+            # 20 ms of slack: the kernel's accounting of the stop itself, which on a loaded host can
+            # land after the group reads frozen (1 ms rejected an identical candidate there). A frozen
+            # group cannot run; what this catches is a clock that moved by a window's worth.
+            if self.group.cpu_usec() > self._frozen_ticks + 20_000:
                 self.kill("ran while stopped")
                 raise ChildFailure("rejected", "a process of the side ran while the side was stopped")
             self.group.thaw()
@@ -233,22 +235,10 @@ class SideProcess:
         sigstop.resume(self.frozen)
         self.frozen = set()
 
-    def receive_file(self, path: str) -> str:
-        """Give the side a file of the parent's (a built extension) in its scratch directory, so the
-        side never needs to read the build cache, where other candidates' sources and logs live."""
-        hpid = self.harness_pid()
-        # Where the scratch directory is the side's own tmpfs, the parent reaches it through the
-        # side's view of the filesystem.
-        root = f"/proc/{hpid}/root" if hpid and "scratch tmpfs" in self.notes.get("mounts", "") else ""
-        target = os.path.join(self.scratch, "ext", os.path.basename(path))
-        os.makedirs(os.path.dirname(root + target), exist_ok=True)
-        if not os.path.exists(root + target):
-            try:
-                os.link(path, root + target)
-            except OSError:  # another filesystem
-                shutil.copy2(path, root + target)
-            os.chmod(os.path.dirname(root + target), 0o755)
-        return target
+    def started(self) -> bool:
+        """Whether the side is done starting (interpreter, torch, the device context): its harness reads
+        the channel's key only after all of that. Only a spare's own harness code ran so far: trusted."""
+        return self.chan is not None and unread_bytes(self.chan.write_fd) == 0
 
     # -- talking ----------------------------------------------------------------------------------
     def send(self, message) -> None:

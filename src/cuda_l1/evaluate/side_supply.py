@@ -21,7 +21,8 @@ from typing import Callable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 
 # Seconds a new side may spend starting (interpreter, torch, the GPU context); spares younger than
-# this are stopped during every timed window, so their start never runs beside one.
+# this that have not finished starting are stopped during every timed window, so their start never
+# runs beside one.
 WARMING_S = 20.0
 
 
@@ -70,9 +71,10 @@ class SideSupply:
         return child
 
     def warming(self) -> list[SideProcess]:
-        """Spares still starting (and so maybe busy on the CPU or the GPU)."""
+        """Spares still starting (and so maybe busy on the CPU or the GPU). A spare that is done
+        starting waits, blocked, for its Setup: stopping it around every window would only cost time."""
         now = time.monotonic()
-        return [p for _, p in self._ready if now - p.started_at < WARMING_S]
+        return [p for _, p in self._ready if now - p.started_at < WARMING_S and not p.started()]
 
     @contextlib.contextmanager
     def stopped(self, settle: Callable[[], None] | None = None):

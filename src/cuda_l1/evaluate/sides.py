@@ -4,6 +4,8 @@ parent's builds) and checking, from outside, that it left its inputs alone."""
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -12,7 +14,7 @@ from cuda_l1.evaluate import timing
 from cuda_l1.evaluate.protocol import BuildReply, BuildRequest, Confined, Loaded, Ran, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, input_mappings, inputs_unchanged
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
-from cuda_l1.evaluate.slots import SlotBuffer
+from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import REJECTED, TIMEOUT
 
 
@@ -60,7 +62,7 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
             else:
                 reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)
                 if reply.get("ok") and reply.get("so_path"):
-                    reply = dict(reply, so_path=proc.receive_file(reply["so_path"]))
+                    reply = dict(reply, so_path=give_file(proc, reply["so_path"]))
             builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"), "seconds": round(time.monotonic() - started, 3)})
             proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
         elif isinstance(msg, Loaded) and confined:
@@ -68,6 +70,36 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
         else:
             proc.kill("broke the protocol")
             raise ChildFailure(REJECTED, f"unexpected message {type(msg).__name__} while loading")
+
+
+def give_file(proc: SideProcess, path: str) -> str:
+    """Give the side a copy of a file of the parent's (a built extension) in its scratch directory, so
+    the side never needs to read the build cache, where other candidates' sources and logs live.
+
+    The side's own code has run by then and may have planted links in its scratch directory: the file
+    goes into a directory made now under a fresh random name (mkdir never follows a link), opened
+    without following links and checked to be the parent's, and is created in it exclusively. Where
+    the scratch directory is the side's own tmpfs, the parent reaches it through the side's root, and
+    a link followed there would resolve in the parent's filesystem."""
+    hpid = proc.harness_pid()
+    root = f"/proc/{hpid}/root" if hpid and "scratch tmpfs" in proc.notes.get("mounts", "") else ""
+    where = os.path.join(proc.scratch, "ext-" + secrets.token_hex(8))
+    name = os.path.basename(path)
+    try:
+        os.mkdir(root + where, 0o700)
+        fd = os.open(root + where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ChildFailure(REJECTED, f"the side's scratch directory could not take its extension ({exc})") from None
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            raise ChildFailure(REJECTED, "the side replaced the directory made for its extension")
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755, dir_fd=fd)
+        with os.fdopen(out, "wb") as dst, open(path, "rb") as src:
+            shutil.copyfileobj(src, dst)
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+    return os.path.join(where, name)
 
 
 def mapped_inputs(side: Side) -> list[tuple[int, int]]:
@@ -82,10 +114,17 @@ def mapped_inputs(side: Side) -> list[tuple[int, int]]:
     return ranges
 
 
-def changed_inputs(side: Side, slots: list[int], pristine: list[list]) -> list[int]:
+def changed_inputs(side: Side, slots: list[int], pristine: RoundInputs | list[list]) -> list[int]:
     """Slots whose inputs the side changed during its window. On CUDA the side maps the parent's own
-    allocation, so the parent's view shows any write; on CPU the side's private mapping is read back."""
+    allocation, so the parent's view shows any write (one comparison for a window's slots, slot by
+    slot only to say which one); on CPU the side's private mapping is read back."""
     if side.proc.device != "cpu":
+        packed = getattr(pristine, "packed", None)
+        if packed is not None and slots == list(range(len(slots))):
+            if side.buffer.holds_packed(packed, len(slots)):
+                return []
+            changed = [k for k in slots if not side.buffer.unchanged(k, pristine[k])]
+            return changed or [slots[0]]  # only padding between inputs changed: still a write to them
         return [k for k in slots if not side.buffer.unchanged(k, pristine[k])]
     pid = side.proc.harness_pid()
     return [k for k in slots if pid is None or not inputs_unchanged(pid, side.input_ranges, side.buffer.leaf_ranges(k), pristine[k])]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import secrets
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +30,21 @@ def _aligned(n: int) -> int:
 
 def _dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
+
+
+@dataclass
+class RoundInputs:
+    """A round's fresh inputs: per slot, the values the parent generated, and all slots' bytes packed
+    as a buffer holds them (`values` are views of `packed`)."""
+
+    values: list[list]
+    packed: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, slot: int) -> list:
+        return self.values[slot]
 
 
 class InputSource:
@@ -63,6 +80,40 @@ class InputSource:
                 for spec, v in zip(self.slot_specs, values)):
             raise TaskError("get_inputs() returns inputs of different shapes, dtypes or values from one seed to "
                             "the next; the evaluator needs one fixed signature per task", path=self.origin)
+
+    def fresh(self, count: int) -> RoundInputs:
+        """Values for `count` slots from a new secret seed (each side's window writes them in). One
+        secret seed a round, the slots drawn one after another from it: each slot's values are still
+        new and unpredictable, without paying a reseed per slot (the most a round spent on fast
+        tasks, where a window holds hundreds of calls)."""
+        values = []
+        for i in range(count):
+            generated = self.generate(secrets.randbits(62) if i == 0 else None)
+            self.check_same_layout(generated)
+            values.append(generated)
+        packed, views = self.pack(values)
+        return RoundInputs(views, packed)
+
+    def pack(self, values: list[list]) -> tuple[torch.Tensor, list[list]]:
+        """Consecutive slots holding `values`, laid out byte for byte as a side's buffer holds them
+        (padding zero), and the values again as views of it (the generated tensors can go): one copy
+        then writes a window's inputs and one comparison checks them, where a copy and a comparison
+        per input tensor of every slot cost a launch or a synchronisation each."""
+        packed = torch.zeros(max(len(values), 1) * self.slot_bytes, dtype=torch.uint8, device=self.device)
+        views = []
+        for slot, slot_values in enumerate(values):
+            base, out = slot * self.slot_bytes, []
+            for spec, v in zip(self.slot_specs, slot_values):
+                if spec.kind != "tensor":
+                    out.append(v)
+                    continue
+                n = v.numel() * v.element_size()
+                region = packed[base + spec.offset: base + spec.offset + n]
+                if n:
+                    region.copy_(v.reshape(-1).view(torch.uint8))
+                out.append(region.view(v.dtype).view(v.shape) if n else v)
+            views.append(out)
+        return packed, views
 
     def input_bytes(self) -> int:
         return sum(v.numel() * v.element_size() for v in self.sample if isinstance(v, torch.Tensor))
@@ -127,6 +178,17 @@ class SlotBuffer:
         for view, v in zip(self.views[slot], values):
             if view is not None and view.numel():
                 view.copy_(v.reshape(-1).view(torch.uint8))
+
+    def write_packed(self, packed: torch.Tensor, count: int) -> None:
+        """The first `count` slots from InputSource.pack's bytes."""
+        n = count * self.source.slot_bytes
+        if n:
+            self.raw[:n].copy_(packed[:n])
+
+    def holds_packed(self, packed: torch.Tensor, count: int) -> bool:
+        """Whether the first `count` slots still hold exactly InputSource.pack's bytes (padding too)."""
+        n = count * self.source.slot_bytes
+        return not n or same_bytes(self.raw[:n], packed[:n])
 
     def unchanged(self, slot: int, values: list) -> bool:
         return all(view is None or not view.numel() or same_bytes(view, v.reshape(-1).view(torch.uint8))

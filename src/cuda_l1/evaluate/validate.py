@@ -13,7 +13,7 @@ import re
 from dataclasses import fields
 
 from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, MAX_LEAVES, MAX_TEXT, BuildReply,
-                                       BuildRequest, Bye, CallOutputs, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded,
+                                       BuildRequest, Bye, CallOutputs, CallToVerify, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verified, Verify)
 
@@ -234,33 +234,48 @@ def _anyfloat(v, name) -> float:
     return float(v)
 
 
-def _check_verify(h) -> Verify:
-    _fields(Verify, h)
+def _check_call_to_verify(h) -> CallToVerify:
+    if type(h) is not dict:
+        raise ProtocolError("verify: a call must be an object")
+    _fields(CallToVerify, h)
     mode = _str(h.get("mode"), "mode", 10)
     if mode not in ("spots", "full", "oracle"):
         raise ProtocolError("verify: unknown mode")
+    return CallToVerify(_int(h.get("ref_index"), "ref_index", 0, MAX_CALLS), _int(h.get("slot"), "slot", 0, MAX_CALLS),
+                        mode, [_anyfloat(b, "bound") for b in _list(h.get("bounds"), "bounds", MAX_LEAVES)],
+                        _int(h.get("seed"), "seed"), [leaf_ref(x) for x in _list(h.get("leaves"), "leaves", MAX_LEAVES)])
+
+
+def _check_verify(h) -> Verify:
+    _fields(Verify, h)
     tol = h.get("tolerance")
     if type(tol) is not dict:
         raise ProtocolError("verify: tolerance must be an object")
-    return Verify(_int(h.get("ref_index"), "ref_index", 0, MAX_CALLS), _int(h.get("slot"), "slot", 0, MAX_CALLS), mode,
-                  [_anyfloat(b, "bound") for b in _list(h.get("bounds"), "bounds", MAX_LEAVES)], _int(h.get("seed"), "seed"), _int(h.get("spots"), "spots", 0, 1 << 20),
-                  [leaf_ref(x) for x in _list(h.get("leaves"), "leaves", MAX_LEAVES)], tol)
+    return Verify([_check_call_to_verify(c) for c in _list(h.get("calls"), "calls", MAX_CALLS)],
+                  _int(h.get("spots"), "spots", 0, 1 << 20), tol)
+
+
+def _leaf_verdict(d) -> LeafVerdict:
+    if type(d) is not dict:
+        raise ProtocolError("verified: leaf must be an object")
+    _fields(LeafVerdict, d)
+    return LeafVerdict(_bool(d.get("ok"), "ok"), _str(d.get("detail", ""), "detail", 2000),
+                       _str(d.get("unreadable", ""), "unreadable", 2000), _bool(d.get("compared", False), "compared"),
+                       _anyfloat(d.get("candidate_error", 0.0), "candidate_error"),
+                       _anyfloat(d.get("allowed_error", 0.0), "allowed_error"),
+                       _anyfloat(d.get("reference_error", 0.0), "reference_error"))
 
 
 def _check_verified(h) -> Verified:
     _fields(Verified, h)
-    leaves = []
-    for d in _list(h.get("leaves", []), "leaves", MAX_LEAVES):
-        if type(d) is not dict:
-            raise ProtocolError("verified: leaf must be an object")
-        _fields(LeafVerdict, d)
-        leaves.append(LeafVerdict(_bool(d.get("ok"), "ok"), _str(d.get("detail", ""), "detail", 2000),
-                                  _str(d.get("unreadable", ""), "unreadable", 2000), _bool(d.get("compared", False), "compared"),
-                                  _anyfloat(d.get("candidate_error", 0.0), "candidate_error"),
-                                  _anyfloat(d.get("allowed_error", 0.0), "allowed_error"),
-                                  _anyfloat(d.get("reference_error", 0.0), "reference_error")))
-    return Verified(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"), leaves,
-                    _str(h.get("oracle_note", ""), "oracle_note", 2000))
+    calls = [[_leaf_verdict(d) for d in _list(call, "leaves", MAX_LEAVES)]
+             for call in _list(h.get("calls", []), "calls", MAX_CALLS)]
+    spent = h.get("spent_s", {})
+    if type(spent) is not dict or len(spent) > 8:
+        raise ProtocolError("verified: spent_s must be an object of at most 8 numbers")
+    return Verified(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"), calls,
+                    _str(h.get("oracle_note", ""), "oracle_note", 2000),
+                    {_str(k, "spent_s", 20): _num(v, "spent_s") for k, v in spent.items()})
 
 
 def _check_release(h) -> Release:

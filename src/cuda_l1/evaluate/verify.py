@@ -57,6 +57,16 @@ def describe_mismatch(cand: CallOutputs, ref: CallOutputs) -> list[Finding]:
     return found
 
 
+def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
+                  input_ranges: list[tuple[int, int]]) -> list[Finding]:
+    """What the parent sees of a checked call without reading it: its description against the
+    reference's, and whether an output lies in the side's input buffer."""
+    found = describe_mismatch(cand, ref)
+    if any(aliases(leaf, input_handle, input_ranges) for leaf in cand.leaves):
+        found.append(Finding("no_input_aliasing", REJECTED, "an output lies in the candidate's input buffer"))
+    return found
+
+
 def _same_value(a, b) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, float) and not isinstance(a, bool):
         return abs(a - b) <= 1e-6 * max(1.0, abs(b)) or (a != a and b != b)
@@ -124,6 +134,64 @@ def spot_values(cand: torch.Tensor, ref: torch.Tensor, count: int, rng: random.R
     index = tuple(i.to(ref.device) for i in index)
     worst = _beyond(cand[index].detach().cpu(), ref[index].detach().cpu(), bound)
     return None if worst is None else f"differs from the reference by {worst:.3g} at a checked position (allowed {bound:.3g})"
+
+
+def _storage_positions(t: torch.Tensor, flat: list[int]) -> list[int]:
+    """Element offsets in `t`'s storage of the row-major positions `flat` (any strides)."""
+    out = []
+    for p in flat:
+        offset = t.storage_offset()
+        for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+            p, i = divmod(p, size)
+            offset += i * stride
+        out.append(offset)
+    return out
+
+
+def _flat_storage(t: torch.Tensor) -> torch.Tensor:
+    return torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+
+
+def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Random, float]]) -> list[str | None]:
+    """spot_values for many outputs (cand, ref, count, rng, bound) of one device with one copy of
+    the positions to the device and one of the values back: on a GPU each copy is a synchronisation,
+    and a checked output costs several of them when compared alone. Positions are drawn from each
+    rng as spot_values draws them."""
+    if not items:
+        return []
+    device = items[0][1].device
+    draws, cand_pos, ref_pos = [], [], []
+    for cand, ref, count, rng, _ in items:
+        flat = [rng.randrange(ref.numel()) for _ in range(count)] if ref.numel() else []
+        draws.append(len(flat))
+        cand_pos += _storage_positions(cand, flat)
+        ref_pos += _storage_positions(ref, flat)
+    index = torch.tensor([cand_pos, ref_pos], dtype=torch.int64).to(device)
+    gathered, start = [], 0
+    for (cand, ref, *_), n in zip(items, draws):
+        if not n:  # nothing to look at (an empty output: its tensor may live on another device)
+            continue
+        wide = torch.complex128 if cand.is_complex() or ref.is_complex() else torch.float64
+        picks = [index[0, start:start + n], index[1, start:start + n]]
+        pair = torch.stack([_flat_storage(t)[i.to(t.device)].to(device=device, dtype=wide)
+                            for t, i in zip((cand, ref), picks)])
+        gathered.append(torch.view_as_real(pair).reshape(2, -1) if wide == torch.complex128 else pair)
+        start += n
+    values = torch.cat(gathered, dim=1).cpu() if gathered else None
+    problems, start = [], 0
+    for (cand, ref, _, _, bound), n in zip(items, draws):
+        if not n:
+            problems.append(None)
+            continue
+        width = 2 * n if cand.is_complex() or ref.is_complex() else n
+        got, expect = values[0, start:start + width], values[1, start:start + width]
+        if width != n:
+            got, expect = torch.complex(got[0::2], got[1::2]), torch.complex(expect[0::2], expect[1::2])
+        start += width
+        worst = _beyond(got, expect, bound)
+        problems.append(None if worst is None else
+                        f"differs from the reference by {worst:.3g} at a checked position (allowed {bound:.3g})")
+    return problems
 
 
 def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float) -> str | None:

@@ -1,0 +1,73 @@
+"""The reference side's half of verification on CUDA (protocol.Verify): it opens the candidate's
+outputs through their IPC handles and compares them with its own outputs of the same inputs, which
+never leave its process. Runs inside the reference's side, on the requests of the trusted parent;
+what it reads of the candidate is only ever data (remote.RemoteMemory checks every description)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+
+from cuda_l1.evaluate import verify as judge
+from cuda_l1.evaluate.inputs import flatten_outputs
+from cuda_l1.evaluate.precision import ToleranceConfig
+from cuda_l1.evaluate.protocol import LeafVerdict, Verified, Verify
+from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
+
+
+def verify_request(side, msg: Verify) -> Verified:
+    """One verdict per output of every call of the request (`side`: the harness's child.Side, whose
+    last window's outputs are `side.kept`). Spot checks of all calls are judged together at the end:
+    one copy to the device and one back for all of them."""
+    try:
+        if side.reader is None:
+            side.reader = RemoteMemory(side.device, lambda: None, 1 << 44)
+        tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
+        note, verdicts = "", []
+        spent = {"read": 0.0, "oracle": 0.0, "judge": 0.0}
+        spots = []  # (call, output, spot_values' arguments) of every output checked at spots
+        for call in msg.calls:
+            _, mine = flatten_outputs(side.kept[call.ref_index])
+            oracle = None
+            if call.mode == "oracle":
+                started = time.perf_counter()
+                try:
+                    _, oracle = flatten_outputs(side._oracle_outputs(call.slot))
+                except RuntimeError as exc:
+                    note = str(exc)
+                spent["oracle"] += time.perf_counter() - started
+            rng = random.Random(call.seed)
+            results = []
+            for index, (leaf, ref) in enumerate(zip(call.leaves, mine)):
+                if leaf.kind != "tensor" or not isinstance(ref, torch.Tensor):
+                    results.append(LeafVerdict(True))
+                    continue
+                started = time.perf_counter()
+                try:
+                    cand = side.reader.tensor(leaf, limit=2 * ref.numel() * ref.element_size() + (1 << 20))
+                except Unreadable as exc:
+                    results.append(LeafVerdict(False, unreadable=str(exc)))
+                    continue
+                finally:
+                    spent["read"] += time.perf_counter() - started
+                started = time.perf_counter()
+                o = oracle[index] if oracle is not None and isinstance(oracle[index], torch.Tensor) else None
+                bound = call.bounds[index] if index < len(call.bounds) and call.bounds[index] >= 0 else None
+                if call.mode == "spots" and bound is not None:  # all of the request's spots at once, below
+                    spots.append((len(verdicts), len(results), (cand, ref, msg.spots, rng, bound)))
+                    results.append(None)
+                else:
+                    results.append(judge.judge_leaf(cand, ref, o, call.mode, bound, rng, msg.spots, tolerance))
+                spent["judge"] += time.perf_counter() - started
+            verdicts.append(results)
+        started = time.perf_counter()
+        for (i, j, _), problem in zip(spots, judge.spots_at_once([item for *_, item in spots])):
+            verdicts[i][j] = LeafVerdict(problem is None, problem or "")
+        spent["spots"] = time.perf_counter() - started
+        if torch.cuda.is_available() and side.device.startswith("cuda"):
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
+        return Verified(False, f"{type(exc).__name__}: {exc}")
+    return Verified(True, calls=verdicts, oracle_note=note, spent_s=spent)
