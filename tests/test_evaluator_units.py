@@ -252,6 +252,20 @@ def get_init_inputs():
         buffer.close()
 
 
+def _spots_one_by_one(cand, ref, count, rng, bound):
+    """Spot checks of one output by multi-dimensional indexing (what verify.spot_values did before
+    all spots went through one gather): the yardstick for verify.spots_at_once."""
+    from cuda_l1.evaluate import verify
+
+    n = ref.numel()
+    if n == 0:
+        return None
+    flat = torch.tensor([rng.randrange(n) for _ in range(count)], dtype=torch.int64)
+    index = torch.unravel_index(flat, ref.shape) if ref.dim() else ()
+    worst = verify._beyond(cand[index], ref[index], bound)
+    return None if worst is None else f"differs from the reference by {worst:.3g} at a checked position (allowed {bound:.3g})"
+
+
 def test_spots_of_many_outputs_at_once_match_spot_checks_one_by_one():
     """One gather for all checked outputs of a request (the reference side's CUDA path): the same
     positions and the same findings as comparing each output alone, whatever its strides or dtype."""
@@ -273,10 +287,11 @@ def test_spots_of_many_outputs_at_once_match_spot_checks_one_by_one():
     wrong[3, 1] += 1.0  # one element off: found only if drawn, alike both ways
     outputs.append((wrong, base.t().contiguous()))
     for seed in range(20):
-        one = [verify.spot_values(c, r, 16, random.Random(seed + i), 1e-4) for i, (c, r) in enumerate(outputs)]
+        one = [_spots_one_by_one(c, r, 16, random.Random(seed + i), 1e-4) for i, (c, r) in enumerate(outputs)]
         many = verify.spots_at_once([(c, r, 16, random.Random(seed + i), 1e-4) for i, (c, r) in enumerate(outputs)])
         assert many == one
         assert many[:6] == [None] * 6
+        assert verify.spot_values(*outputs[6], 16, random.Random(seed + 6), 1e-4) == one[6]
     assert verify.spots_at_once([(wrong, base.t().contiguous(), 10_000, random.Random(0), 1e-4)])[0] is not None
     # Only empty outputs; and complex outputs at an odd count (each output's values start anywhere).
     assert verify.spots_at_once([(torch.empty(0), torch.empty(0), 8, random.Random(0), 1.0)]) == [None]

@@ -114,14 +114,13 @@ def mapped_inputs(side: Side) -> list[tuple[int, int]]:
     return ranges
 
 
-def changed_inputs(side: Side, slots: list[int], pristine: RoundInputs | list[list]) -> list[int]:
+def changed_inputs(side: Side, slots: list[int], pristine: RoundInputs) -> list[int]:
     """Slots whose inputs the side changed during its window. On CUDA the side maps the parent's own
     allocation, so the parent's view shows any write (one comparison for a window's slots, slot by
     slot only to say which one); on CPU the side's private mapping is read back."""
     if side.proc.device != "cpu":
-        packed = getattr(pristine, "packed", None)
-        if packed is not None and slots == list(range(len(slots))):
-            if side.buffer.holds_packed(packed, len(slots)):
+        if pristine.packed is not None and slots == list(range(len(slots))):
+            if side.buffer.holds_packed(pristine.packed, len(slots)):
                 return []
             changed = [k for k in slots if not side.buffer.unchanged(k, pristine[k])]
             return changed or [slots[0]]  # only padding between inputs changed: still a write to them
