@@ -161,6 +161,15 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["HOME"] == str(tmp_path)
 
 
+def test_a_relative_pythonpath_still_names_the_same_directories_in_a_side(monkeypatch, tmp_path):
+    """A side starts in its scratch directory: PYTHONPATH=src (run from a checkout) must not become a
+    path inside the scratch, nor an empty entry the scratch itself."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["src", "", "/abs/lib"]))
+    env = scrubbed_env(str(tmp_path / "scratch"))
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "src"), "/abs/lib"]
+
+
 @pytest.mark.parametrize("nbytes", [8 * 1024, 8 * 1024 + 4, 8 * 1024 + 2, 8 * 1024 + 1])
 def test_input_bytes_compare_equal_and_find_one_changed_byte_at_any_width(nbytes):
     from cuda_l1.evaluate.remote import same_bytes

@@ -34,6 +34,10 @@ def scrubbed_env(scratch: str) -> dict[str, str]:
         TORCHINDUCTOR_COMPILE_THREADS="1",
         XDG_CACHE_HOME=os.path.join(scratch, "cache"),
     )
+    if env.get("PYTHONPATH"):
+        # A side starts in its scratch directory: a relative entry (PYTHONPATH=src, run from a
+        # checkout) would name nothing there, and an empty one would name the scratch itself.
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     if "PATH" not in env:
         env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
     return env
