@@ -186,7 +186,7 @@ def test_input_bytes_compare_equal_and_find_one_changed_byte_at_any_width(nbytes
 
 def test_input_slots_are_budgeted_on_outputs_too():
     from cuda_l1.evaluate.config import EvalConfig
-    from cuda_l1.evaluate.evaluator import _output_bytes, _slot_budget
+    from cuda_l1.evaluate.task_env import _output_bytes, _slot_budget
     from cuda_l1.tasks import Task
     from cuda_l1.tasks.runtime import load_task_module
 

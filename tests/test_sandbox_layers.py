@@ -323,7 +323,7 @@ def test_pin_side_pins_every_thread_of_a_stopped_side_from_outside():
 
 def test_gpu_sides_are_pinned_after_the_first_window_unless_told_otherwise():
     from cuda_l1.evaluate.config import EvalConfig
-    from cuda_l1.evaluate.evaluator import gpu_timed_core
+    from cuda_l1.evaluate.task_env import gpu_timed_core
 
     if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores to choose from")
@@ -496,3 +496,33 @@ def test_an_extension_given_to_a_side_never_follows_links_it_planted(tmp_path):
     assert os.path.dirname(given) != str(scratch / "ext") and open(given, "rb").read() == b"\x7fELF built"
     assert list(victim.iterdir()) == [] and (victim.stat().st_mode & 0o777) == 0o700
     assert not os.path.samefile(given, built)  # a copy: the side cannot write to the build cache's file
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_side_stopped_before_it_joined_its_cgroup_is_resumed_by_its_thaw():
+    """A side still starting joins its cgroup a few milliseconds in. Stopped by signal just before,
+    then thawed once in the group: the thaw must resume it by signal too (a cgroup thaw does not
+    resume a task stopped with SIGSTOP; such a side stayed stopped for good, and a spare or a
+    candidate loaded ahead then never answered)."""
+    side = SideProcess.start(SandboxConfig(), "cpu", [], None)
+    try:
+        side._in_group = False
+        side.group, group = None, side.group  # as if the join had not landed yet
+        side.freeze()
+        side.group = group
+        if group is not None:  # the join lands while the side is stopped
+            with open(group.procs_file, "w") as fh:
+                fh.write(str(side.proc.pid))
+        side.thaw()
+        time.sleep(0.2)
+        assert _state(side.proc.pid) != "T"
+        side.freeze()
+        side.thaw()
+        time.sleep(0.2)
+        assert _state(side.proc.pid) != "T" and not side.frozen
+    finally:
+        side.close(graceful=False)

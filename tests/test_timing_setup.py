@@ -8,7 +8,8 @@ import os
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.evaluator import Evaluator, timing_core
+from cuda_l1.evaluate.evaluator import Evaluator
+from cuda_l1.evaluate.task_env import timing_core
 from cuda_l1.evaluate.jobs import EvalJob
 from cuda_l1.evaluate.local_pool import LocalPool
 from cuda_l1.evaluate.verdict import OK

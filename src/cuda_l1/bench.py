@@ -131,7 +131,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
 
 
 def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
-    """'L1/19_ReLU compile ok 1.42x (raw 1.45, 95% CI 1.43-1.47)': one finished evaluation, in words."""
+    """'L1/19_ReLU compile ok 1.42x (raw 1.45, 95% CI 1.43-1.47) [3.1 s]': one finished evaluation, in words."""
     text = f"{task_key} {label} {verdict.status}"
     if verdict.speedup is not None:
         text += f" {verdict.speedup:.2f}x"
@@ -139,6 +139,8 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
             text += f" (raw {verdict.raw_speedup:.2f}, 95% CI {verdict.ci[0]:.2f}-{verdict.ci[1]:.2f})"
     elif verdict.reasons:
         text += ": " + " ".join(str(verdict.reasons[0]).split())[:100]
+    if verdict.elapsed_s:
+        text += f" [{verdict.elapsed_s:.1f} s]"  # the verdict's own time (loaded ahead: from its load)
     return text
 
 

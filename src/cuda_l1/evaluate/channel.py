@@ -125,6 +125,10 @@ class Channel:
     def recv(self, timeout: float | None = None) -> Envelope:
         return self.parse(self.recv_frame(timeout))
 
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as a frame (the start of one, or whole ones)."""
+        return len(self._buffer)
+
     def has_pending(self) -> bool:
         """Whether anything has arrived that no request asked for yet."""
         return bool(self._buffer) or bool(select.select([self.read_fd], [], [], 0)[0])

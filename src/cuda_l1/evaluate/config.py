@@ -98,6 +98,9 @@ class EvalConfig:
                                    "started ahead; default: on CUDA")
     spares: int = setting(3, "with prewarm, how many spare sides a worker keeps starting: a run of quick "
                           "rejections takes one each, and a spare that is still starting waits")
+    lookahead: int | None = setting(None, "candidates a worker loads ahead (side, import, model, builds) while it "
+                                    "times another, each stopped for every timed window (None: 0, off while a stall seen with "
+                                    "it on the H200 is open; 2 is what was measured there)")
     build_cache_dir: str | None = setting(None, "where extension builds are cached (default:"
                                           " CUDA_L1_CACHE or ~/.cache)")
     input_memory_bytes: int | None = setting(None, "budget for the input slots of both sides "
@@ -130,6 +133,7 @@ def check_settings(config: EvalConfig) -> None:
          f"device is cpu, cuda or cuda:N (got {device!r})"),
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (1 <= config.spares <= 16, "spares must be between 1 and 16"),
+        (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),
         (min(config.timeout_s, config.load_timeout_s, config.first_call_timeout_s, config.call_timeout_s) > 0,
          "every timeout must be positive"),
         (t.window_s > 0 and t.max_time_s > 0 and t.warmup_s >= 0, "timing window_s and max_time_s must be positive"),

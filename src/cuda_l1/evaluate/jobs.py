@@ -9,8 +9,10 @@ evaluators a worker holds (`Evaluators`), which local worker processes and Ray a
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import queue
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -70,32 +72,68 @@ class Evaluators:
     An evaluator holds its task's prepared reference (module, inputs, float64 oracle outputs) and
     maybe a spare child; a worker that kept one per task grew to 5-6 GB over the built-in suite. Older
     ones are closed (`Evaluator.close()`) and dropped before a new one is prepared, so at most `keep`
-    exist at any moment; a task that comes back is prepared again, which costs seconds, not memory.
+    exist at any moment (more only while more tasks are `busy`); a task that comes back is prepared
+    again, which costs seconds, not memory.
+
+    Thread-safe: a worker's helper threads prepare the tasks of candidates they load ahead
+    (lookahead.py) while its main thread judges. An evaluator of a `busy` task (one a queued or
+    running job needs) is never closed, and one being prepared is waited for, not prepared twice.
     """
 
-    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES):
+    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES, quiet_lock=None):
         self.make = make  # task -> Evaluator
         self.keep = max(1, keep)
+        # Held while retired evaluators are closed and collected (a worker's SideSupply.gate: their
+        # reference sides exit and the collector holds the interpreter, never beside a timed window).
+        self.quiet_lock = quiet_lock if quiet_lock is not None else contextlib.nullcontext()
         self._held: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._changed = threading.Condition()
 
-    def get(self, task: Task):
-        evaluator = self._held.pop(task.id, None)
-        if evaluator is None:
+    def get(self, task: Task, busy: Iterable[str] = ()):
+        busy = set(busy) | {task.id}
+        retired = []
+        with self._changed:
+            while self._held.get(task.id) is _PREPARING:
+                self._changed.wait()
+            evaluator = self._held.get(task.id)
+            if evaluator is not None:
+                self._held.move_to_end(task.id)  # most recently used last
+                return evaluator
             while len(self._held) >= self.keep:
-                _, old = self._held.popitem(last=False)
+                old_id = next((k for k, v in self._held.items() if k not in busy and v is not _PREPARING), None)
+                if old_id is None:
+                    break
+                retired.append(self._held.pop(old_id))
+            self._held[task.id] = _PREPARING
+        with self.quiet_lock:
+            for old in retired:
                 old.close()
-                del old
-                gc.collect()  # reference modules and tensors can sit in reference cycles
+            del retired
+            gc.collect()  # reference modules and tensors can sit in reference cycles
+        try:
             evaluator = self.make(task)
-        self._held[task.id] = evaluator  # most recently used last
+        except BaseException:
+            with self._changed:
+                self._held.pop(task.id, None)
+                self._changed.notify_all()
+            raise
+        with self._changed:
+            self._held[task.id] = evaluator
+            self._changed.notify_all()
         return evaluator
 
     def task_ids(self) -> list[str]:
-        return list(self._held)
+        with self._changed:
+            return [k for k, v in self._held.items() if v is not _PREPARING]
 
     def close(self) -> None:
-        while self._held:
-            self._held.popitem(last=False)[1].close()
+        with self._changed:
+            held, self._held = [v for v in self._held.values() if v is not _PREPARING], collections.OrderedDict()
+        for evaluator in held:
+            evaluator.close()
+
+
+_PREPARING = object()  # Evaluators: a task whose evaluator a thread is preparing now
 
 
 class EvalPool:

@@ -20,6 +20,7 @@ two (pool.py) stay apart: this one depends on the shared contract (jobs.py) only
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import multiprocessing as mp
 import os
@@ -54,32 +55,76 @@ def worker_devices(device: str, workers: int | None) -> list[str]:
 
 # -- the worker process ------------------------------------------------------------------------------
 def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int) -> None:
-    """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept."""
+    """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept, the
+    next `lookahead_of(config)` jobs loaded ahead meanwhile (lookahead.py)."""
     from cuda_l1.evaluate import lifeline
 
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
+    from cuda_l1.evaluate.lookahead import lookahead_of
+    from cuda_l1.evaluate.task_env import prime_supply
+    from cuda_l1.evaluate.jobs import KEEP_REFERENCES
+    from cuda_l1.evaluate.lookahead import Lookahead
     from cuda_l1.evaluate.side_supply import SideSupply
 
     config = dataclasses.replace(config, device=device)
     # One supply for all of the worker's tasks: the sides a new task needs (its reference's and its
-    # first candidate's) were started during the previous task's evaluations.
+    # first candidate's) were started during the previous task's evaluations, and the first task's
+    # while the worker waited for it.
     supply = SideSupply(prewarm_of(config), spares=config.spares)
-    evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply))
+    prime_supply(supply, config)
+    depth = lookahead_of(config)
+    # One more prepared task than without lookahead: the next one, prepared while this one is judged.
+    evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
+                            keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate)
+    ahead = Lookahead(evaluators, depth)
+    queued: collections.deque = collections.deque()
     while True:
-        item = inbox.get()
+        try:  # wait only when there is nothing to do; take whatever else has arrived
+            item = inbox.get() if not queued else inbox.get_nowait()
+            while item is not None:
+                queued.append(item)
+                item = inbox.get_nowait()
+        except queue.Empty:
+            item = ...
         if item is None:
+            ahead.close()
             evaluators.close()
             supply.close()
             return
-        job_id, task, source, best, thresholds = item
+        busy = {job[1].id for job in queued}
+        _load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
+        job_id, task, source, best, thresholds = queued.popleft()
+        outbox.put((job_id, STARTED, None))  # a death from now on is this job's
         try:
-            evaluator = evaluators.get(task)
+            evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
+            if error is not None:
+                raise error
+            evaluator = evaluator or evaluators.get(task, busy)
             evaluator.config.best_known_speedup = best
-            verdict = evaluator.evaluate(source, thresholds=thresholds)
+            verdict = evaluator.evaluate(source, thresholds=thresholds, preloaded=preloaded)
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
+
+
+def _load_ahead(ahead, queued: list, depth: int, ready: set, busy: set) -> None:
+    """Start loading the jobs after the first `queued` one, up to `depth`; at most one task
+    not yet prepared at a time (the first job's included): a task's reference and input slots are
+    what costs memory, and KernelBench's largest take a fifth of a GPU."""
+    started = ahead.started()
+    unprepared = {job[1].id for job in queued[:1] + [j for j in queued if j[0] in started]} - ready
+    for job_id, task, source, *_ in queued[1 : 1 + depth]:
+        if job_id in started:
+            continue
+        if task.id not in ready and task.id not in unprepared and unprepared:
+            continue  # a second new task: later
+        ahead.start(job_id, task, source, busy)
+        if task.id not in ready:
+            unprepared.add(task.id)
+
+
+STARTED = "started"  # a worker's note that it began judging a job (not a verdict)
 
 
 class LocalPool(EvalPool):
@@ -112,7 +157,12 @@ class LocalPool(EvalPool):
         self._slots: list = []
         self._pending: list[int] = []  # job ids in submission order (retries go first)
         self._futures: dict[int, tuple[Future, EvalJob, int]] = {}
-        self._inflight: dict[int, int | None] = {i: None for i in range(len(self.workers))}
+        # Jobs sent to each worker, oldest first: the one it judges and those it loads ahead.
+        self._inflight: dict[int, list[int]] = {i: [] for i in range(len(self.workers))}
+        self._judging: dict[int, int | None] = {i: None for i in range(len(self.workers))}  # its STARTED job
+        from cuda_l1.evaluate.lookahead import lookahead_of
+
+        self._capacity = 1 + lookahead_of(dataclasses.replace(self.config, device=self.workers[0]))
         self._next_id = 0
         self._lock = threading.Lock()
         self._closing = False  # no more dispatching or replacing; workers are being stopped
@@ -177,15 +227,16 @@ class LocalPool(EvalPool):
         return None
 
     def _assign(self) -> None:
-        for index, current in self._inflight.items():
-            if current is not None or self._closing:
-                continue
-            job_id = self._next_ready(index)
-            if job_id is None:
-                continue
-            _, job, _ = self._futures[job_id]
-            self._inflight[index] = job_id
-            self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup, job.thresholds))
+        """Fill each worker up to its capacity: the job it judges and those it loads ahead (workers
+        are filled one after another, so a task's candidates tend to stay with one worker)."""
+        for index, sent in self._inflight.items():
+            while len(sent) < self._capacity and not self._closing:
+                job_id = self._next_ready(index)
+                if job_id is None:
+                    break
+                _, job, _ = self._futures[job_id]
+                sent.append(job_id)
+                self._slots[index][1].put((job_id, job.task, job.source, job.best_known_speedup, job.thresholds))
 
     def _resolve(self, job_id: int, verdict: Verdict, worker: str) -> None:
         with self._lock:
@@ -206,10 +257,17 @@ class LocalPool(EvalPool):
                 job_id, verdict_dict, error = self._outbox.get(timeout=0.2)
             except queue.Empty:
                 job_id = None
-            if job_id is not None:
-                index = next((i for i, j in self._inflight.items() if j == job_id), None)
+            if job_id is not None and verdict_dict == STARTED:
+                index = next((i for i, sent in self._inflight.items() if job_id in sent), None)
                 if index is not None:
-                    self._inflight[index] = None
+                    self._judging[index] = job_id
+                job_id = None
+            if job_id is not None:
+                index = next((i for i, sent in self._inflight.items() if job_id in sent), None)
+                if index is not None:
+                    self._inflight[index].remove(job_id)
+                    if self._judging[index] == job_id:
+                        self._judging[index] = None
                 if job_id in self._futures:
                     _, job, _ = self._futures[job_id]
                     worker = self.workers[index] if index is not None else "?"
@@ -239,9 +297,14 @@ class LocalPool(EvalPool):
         for index, (proc, _) in enumerate(self._slots):
             if proc.is_alive() or self._closing:
                 continue
-            job_id = self._inflight[index]
+            sent, judging = self._inflight[index], self._judging[index]
             self._slots[index] = self._start(index)
-            self._inflight[index] = None
+            self._inflight[index], self._judging[index] = [], None
+            # The job it was judging counts an attempt (the oldest it held, if it died before saying
+            # which); the jobs it only held or loaded ahead go back first, their attempts uncounted.
+            job_id = judging if judging is not None else (sent[0] if sent else None)
+            with self._lock:
+                self._pending[:0] = [j for j in sent if j != job_id and j in self._futures]
             if job_id is None or job_id not in self._futures:
                 continue
             future, job, attempts = self._futures[job_id]

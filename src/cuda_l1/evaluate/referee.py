@@ -32,7 +32,7 @@ _SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks
 class Referee:
     def __init__(self, env, cand: SideProcess, source: str, config: EvalConfig, deadline: float,
                  thresholds: tuple[float, ...] = ()):
-        self.env = env  # evaluator.TaskEnv: the reference's side, inputs, probe
+        self.env = env  # task_env.TaskEnv: the reference's side, inputs, probe
         # speedups the caller decides at: timing may stop once the interval is clear of all of them
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
         self.stopped = ""  # why timing stopped (timing.stop_reason)
@@ -74,11 +74,16 @@ class Referee:
         return left
 
     # -- phases ----------------------------------------------------------------------------------------
-    def load(self) -> bool:
+    def load(self, ahead: tuple | None = None) -> bool:
+        """Load the candidate, or take what a helper thread loaded ahead (`ahead`: (Loaded, builds))."""
         env, cfg = self.env, self.config
-        self.cand_proc.allow_memory(env.note_reference_memory())
-        setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads)
-        loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()), env.build)
+        if ahead is None:
+            self.cand_proc.allow_memory(env.note_reference_memory())
+            setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads)
+            loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()),
+                                            env.build, gate=env.supply.gate)
+        else:  # thawing also checks that nothing of it ran while it was stopped
+            (loaded, self.builds), _ = ahead, self.cand_proc.thaw()
         if loaded.signals:
             self._check("global_state", False, "importing the candidate re-bound: " + ", ".join(loaded.signals), blocking=False)
         if not loaded.ok:
@@ -182,8 +187,8 @@ class Referee:
         return timing.overhead(windows)
 
     def _fresh_inputs(self, count: int) -> RoundInputs:
-        inputs = self.env.source.fresh(count)
-        self.env.sync()
+        with self.env.supply.gate:  # a task prepared beside it seeds torch's generator (inputs.py)
+            inputs, _ = self.env.source.fresh(count), self.env.sync()
         return inputs
 
     # -- verification ---------------------------------------------------------------------------------
@@ -268,6 +273,7 @@ class Referee:
 
     def measure(self) -> None:
         cfg, tc, env = self.config, self.config.timing, self.env
+        env.calibrate_quiet()
         self.telemetry = Telemetry(cfg.device)
         self.telemetry_before = self.telemetry.read()
         measure_start = time.perf_counter()

@@ -17,6 +17,7 @@ What the parent guarantees, whatever the module inside does:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -68,6 +69,7 @@ class SideProcess:
     _frozen_ticks: int = 0
     group: SideGroup | None = None  # its cgroup (cgroup.py)
     _in_group: bool = False
+    _frozen_by_group: bool = False  # how the last freeze() stopped the side (thaw() undoes it alike)
     _harness: int | None = None  # host pid of the harness, once found
     memory_limit: int = 0  # host memory it may hold (side_memory.py); raised, never lowered, by allow_memory
     started_at: float = 0.0  # time.monotonic() when it was started
@@ -120,6 +122,9 @@ class SideProcess:
         finally:
             for f in [fd] + passed:
                 os.close(f)
+        if group is not None:  # its own join lands milliseconds later, maybe while a window stops it
+            with contextlib.suppress(OSError), open(group.procs_file, "w") as fh:
+                fh.write(str(self.proc.pid))
         key = new_key()
         os.write(p2c_w, key)
         self.chan = Channel(c2p_r, p2c_w, key, is_parent=True)
@@ -199,7 +204,8 @@ class SideProcess:
 
     def freeze(self, timeout: float = 2.0) -> None:
         """Stop every process of the tree and wait until each of its threads is stopped."""
-        if self._grouped():
+        self._frozen_by_group = self._grouped()  # thaw() undoes it alike (a group thaw ignores SIGSTOP)
+        if self._frozen_by_group:
             if not self.group.freeze(timeout):
                 self.kill("could not be stopped")
                 raise ChildFailure("rejected", "the side could not be stopped between windows")
@@ -215,7 +221,10 @@ class SideProcess:
         """Let the tree run again, after checking it did not run while stopped."""
         if not self.frozen:
             return
-        if self._grouped():
+        if self.exit_info().reason != "running":  # killed while stopped (its exit moves the CPU clock)
+            self.frozen = set()
+            raise ChildFailure("runtime_error", self._death_message())
+        if self._frozen_by_group:
             # 20 ms of slack: the kernel's accounting of the stop itself, which on a loaded host can
             # land after the group reads frozen (1 ms rejected an identical candidate there). A frozen
             # group cannot run; what this catches is a clock that moved by a window's worth.

@@ -6,6 +6,12 @@ with the side's Setup), so one worker keeps `spares` sides warming up while it e
 them to whichever task needs one next, as a candidate's side or as a new task's reference side. Every
 side still serves one Setup only: a candidate always gets a brand-new process.
 
+The supply is also where a worker's timed windows meet the work it does beside them (lookahead.py:
+candidates loaded ahead in helper threads). Its `gate` is held by every timed window and by a helper
+thread whenever it does anything but wait, and every side working in the background is stopped for
+each window along with the warming spares: nothing of the worker runs beside a window, on the CPU
+or on the GPU, and no helper thread holds the interpreter when a window's reply arrives.
+
 A side is started under the settings its task will use (sandbox, device, readable paths, timing core):
 a spare started under other settings is never handed out. Its memory limit is set when it is handed
 out, from the task's reference (side_memory.py).
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from typing import Callable
 
@@ -24,6 +31,9 @@ from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 # this that have not finished starting are stopped during every timed window, so their start never
 # runs beside one.
 WARMING_S = 20.0
+# Seconds a side loading in the background (a candidate's, a new task's reference) may take to stop
+# for a window before it is killed for it.
+BACKGROUND_STOP_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +55,25 @@ class SideSupply:
         self._ready: list[tuple[SideKind, SideProcess]] = []
         self.handed_out = 0  # sides given to evaluations
         self.warm_handed_out = 0  # of them, ones started ahead
+        # Held by every timed window and by helper threads while they work (re-entrant: the thread
+        # that times may also start sides).
+        self.gate = threading.RLock()
+        self._background: list[SideProcess] = []  # sides loading in helper threads
+        self._stop_failures: dict[int, ChildFailure] = {}  # id(side) -> why it could not be stopped
+
+    def prime(self, kind: SideKind, start: Callable[[int], SideProcess], memory_limit: int) -> None:
+        """Start the spares before any task arrives (a worker's first task then finds them warming)."""
+        with self.gate:
+            while self.prewarm and len(self._ready) < self.spares:
+                self._ready.append((kind, start(memory_limit)))
 
     def take(self, kind: SideKind, start: Callable[[int], SideProcess], memory_limit: int) -> SideProcess:
         """A fresh side of `kind` allowed `memory_limit` bytes: a spare if one is running, else a new
         one (`start(limit)`). Then spares are started for the next request."""
+        with self.gate:
+            return self._take(kind, start, memory_limit)
+
+    def _take(self, kind: SideKind, start: Callable[[int], SideProcess], memory_limit: int) -> SideProcess:
         child = None
         keep: list[tuple[SideKind, SideProcess]] = []
         for spare_kind, spare in self._ready:
@@ -76,34 +101,61 @@ class SideSupply:
         now = time.monotonic()
         return [p for _, p in self._ready if now - p.started_at < WARMING_S and not p.started()]
 
+    # -- sides working in the background (lookahead.py) ----------------------------------------------
+    def track(self, side: SideProcess) -> None:
+        """`side` works in a helper thread from now on: it is stopped for every window."""
+        with self.gate:
+            self._background.append(side)
+
+    def untrack(self, side: SideProcess) -> ChildFailure | None:
+        """`side` no longer works in the background; returns why it could not be stopped for a
+        window, if that is how it ended (it was killed then: its helper sees only a closed channel)."""
+        with self.gate:
+            self._background = [p for p in self._background if p is not side]
+            return self._stop_failures.pop(id(side), None)
+
     @contextlib.contextmanager
     def stopped(self, settle: Callable[[], None] | None = None):
-        """Every warming spare stopped for the block (a timed window); `settle` then runs first (wait
-        until the device is idle: work a spare queued may still be running). A spare that cannot be
-        stopped is closed: it was only ever a spare."""
-        held = []
-        for spare in self.warming():
-            try:
-                spare.freeze()
-                held.append(spare)
-            except ChildFailure:
-                self._drop(spare)
-        if held and settle is not None:
-            settle()
-        try:
-            yield
-        finally:
-            for spare in held:
+        """The gate held and every warming spare and background side stopped for the block (a timed
+        window); `settle` then runs first (wait until the device is idle: work they queued may still be
+        running). A spare that cannot be stopped is closed: it was only ever a spare. A background side
+        that cannot be stopped is killed, and its helper told why (untrack)."""
+        with self.gate:
+            held = []
+            for spare in self.warming():
                 try:
-                    spare.thaw()
+                    spare.freeze()
+                    held.append(spare)
                 except ChildFailure:
                     self._drop(spare)
+            for side in [p for p in self._background if not p.frozen]:
+                try:  # a candidate's load may be inside a long driver call: it gets longer to stop
+                    side.freeze(timeout=BACKGROUND_STOP_S)
+                    held.append(side)
+                except ChildFailure as failure:
+                    self._stop_failures[id(side)] = failure
+            try:
+                if held and settle is not None:
+                    settle()
+                yield
+            finally:  # every side stopped here is resumed, whatever happened in the block
+                for side in held:
+                    try:
+                        side.thaw()
+                    except Exception as exc:  # noqa: BLE001 - one failure must not leave the rest stopped
+                        failure = exc if isinstance(exc, ChildFailure) else ChildFailure(
+                            "runtime_error", f"the side could not be resumed after a window: {exc}")
+                        if any(p is side for p in self._background):
+                            self._stop_failures[id(side)] = failure
+                        else:
+                            self._drop(side)
 
     def _drop(self, spare: SideProcess) -> None:
         spare.close(graceful=False)
         self._ready = [(k, p) for k, p in self._ready if p is not spare]
 
     def close(self) -> None:
-        for _, spare in self._ready:
-            spare.close(graceful=False)
-        self._ready = []
+        with self.gate:
+            for _, spare in self._ready:
+                spare.close(graceful=False)
+            self._ready = []

@@ -3,7 +3,9 @@ parent's builds) and checking, from outside, that it left its inputs alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import secrets
 import shutil
 import time
@@ -11,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cuda_l1.evaluate import timing
+from cuda_l1.evaluate.channel import ChannelClosed, ChannelError, ChannelTimeout
 from cuda_l1.evaluate.protocol import BuildReply, BuildRequest, Confined, Loaded, Ran, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, input_mappings, inputs_unchanged
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
-from cuda_l1.evaluate.verdict import REJECTED, TIMEOUT
+from cuda_l1.evaluate.verdict import REJECTED, RUNTIME_ERROR, TIMEOUT
 
 
 class ReferenceFailure(Exception):
@@ -38,15 +41,25 @@ class Side:
 MAX_BUILDS = 16  # extension builds one module may ask for
 
 
-def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable | None) -> tuple[Loaded, list[dict]]:
+def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable | None,
+              gate=None) -> tuple[Loaded, list[dict]]:
     """Send the setup and serve build requests until the side says whether its module loaded.
     Builds run in the parent's time: each is bounded by what is left of `timeout_s`, and there are at
-    most MAX_BUILDS of them."""
-    proc.send(setup)
+    most MAX_BUILDS of them.
+
+    `gate` (a helper thread's: side_supply.SideSupply.gate): held for every step but the waits and
+    the builds, and a message is read under it only once whole, so a timed window of the worker's
+    never waits on this side for more than a moment."""
+    hold = gate if gate is not None else contextlib.nullcontext()
+    with hold:
+        proc.send(setup)
     deadline = time.monotonic() + timeout_s
     builds, confined = [], False
     while True:
-        msg = proc.recv(max(deadline - time.monotonic(), 0.01))
+        if gate is None:
+            msg = proc.recv(max(deadline - time.monotonic(), 0.01))
+        else:
+            msg = _next_message(proc, deadline, gate)
         if isinstance(msg, Confined) and not confined:
             # Only the report sent before the module was imported counts.
             confined = True
@@ -54,22 +67,54 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
         elif isinstance(msg, BuildRequest) and confined:
             started, left = time.monotonic(), deadline - time.monotonic()
             if left <= 1.0:
+                with hold:
+                    proc.kill("timed out")
                 raise ChildFailure(TIMEOUT, f"the module's extension builds took longer than its limit of {timeout_s:.0f} s")
             if len(builds) >= MAX_BUILDS:
                 reply = {"ok": False, "log": f"more than {MAX_BUILDS} extension builds for one module"}
             elif build is None:
                 reply = {"ok": False, "log": "no builder"}
             else:
-                reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)
+                reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)  # a compiler: no gate
+            with hold:
                 if reply.get("ok") and reply.get("so_path"):
                     reply = dict(reply, so_path=give_file(proc, reply["so_path"]))
-            builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"), "seconds": round(time.monotonic() - started, 3)})
-            proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
+                builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"),
+                               "seconds": round(time.monotonic() - started, 3)})
+                proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
         elif isinstance(msg, Loaded) and confined:
             return msg, builds
         else:
-            proc.kill("broke the protocol")
+            with hold:
+                proc.kill("broke the protocol")
             raise ChildFailure(REJECTED, f"unexpected message {type(msg).__name__} while loading")
+
+
+def _next_message(proc: SideProcess, deadline: float, gate):
+    """The side's next message, waited for without the gate and read under it in short polls (a side
+    that sends half a frame and stops cannot hold the gate); its limits are watched meanwhile."""
+    chan = proc.chan
+    chan.max_frame_bytes = 64 << 20  # as SideProcess.recv_frame: load messages are small
+    stalled_at = -1  # bytes buffered when a read last found no whole frame
+    while True:
+        if time.monotonic() > deadline:
+            with gate:
+                proc.kill("timed out")
+            raise ChildFailure(TIMEOUT, "the side did not finish loading within its limit")
+        if chan.buffered() not in (0, stalled_at) or select.select([chan.read_fd], [], [], 0.25)[0]:
+            with gate:
+                try:  # a frame that arrived in part stays buffered; it is read again once more arrives
+                    return proc.decode(chan.recv_frame(timeout=0.002))
+                except ChannelTimeout:
+                    stalled_at = chan.buffered()
+                except ChannelClosed:
+                    raise ChildFailure(RUNTIME_ERROR, proc._death_message()) from None
+                except ChannelError as exc:
+                    proc.kill("broke the protocol")
+                    raise ChildFailure(REJECTED, f"the side sent an invalid frame ({exc})") from None
+        else:
+            with gate:
+                proc.watch()
 
 
 def give_file(proc: SideProcess, path: str) -> str:

@@ -1,0 +1,112 @@
+"""Candidates loaded ahead: a worker prepares its next jobs while it times the current one.
+
+Only a timed window needs the device and the timed core to itself. Everything before a candidate's
+first window (a side taken from the supply, its module imported, its model built, extensions it
+asks for compiled, a new task's reference prepared) is work a worker can do beside the windows of
+the candidate before it. With `depth` > 0 a worker holds that many queued jobs and loads each in a
+helper thread (`Evaluator.preload`); its main thread then judges them one after another from where
+their loads left them.
+
+Nothing of this runs beside a timed window. A helper thread holds the supply's gate for every step
+but its waits (side_supply.py), and every timed window holds the gate too; a side loading in the
+background is stopped for each window like a warming spare, and the device is let settle before
+the window starts. A loaded side stays stopped until its evaluation thaws it (and checks that it
+did not run meanwhile). So a candidate cannot tell, and cannot use, that others are loaded beside
+it: the windows see the same quiet host as without lookahead.
+
+A preload never raises: whatever goes wrong (a task that cannot be prepared, a side that dies or
+cannot be stopped) is kept and reported by the job's own evaluation, as without lookahead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Iterable
+
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.jobs import Evaluators
+from cuda_l1.evaluate.sandbox import SideProcess
+
+
+def lookahead_of(config: EvalConfig) -> int:
+    """Jobs a worker loads ahead while it times another (lookahead.py): `config.lookahead`, by default
+    none. It is opt-in while one stall seen on the H200 is open (docs/timing.md); on a CPU a loading
+    side would take the timed core's only neighbour anyway."""
+    if config.lookahead is not None:
+        return config.lookahead
+    return 0
+
+
+@dataclasses.dataclass
+class Preloaded:
+    """A candidate's side started and loaded ahead (Evaluator.preload), stopped since: what its
+    evaluation continues from."""
+
+    source: str
+    started: float  # time.monotonic() when the preload began: the evaluation's clock starts here
+    proc: SideProcess | None = None
+    loaded: tuple | None = None  # (Loaded, builds) when the side answered
+    failure: BaseException | None = None  # ChildFailure (the candidate's) or an evaluator error
+    start_side_s: float = 0.0
+    load_s: float = 0.0
+
+    def discard(self) -> None:
+        if self.proc is not None:
+            self.proc.close(graceful=False)
+            self.proc = None
+
+
+class Lookahead:
+    """A worker's loads ahead, keyed by job id, on `depth` helper threads.
+
+    The threads live as long as the worker: a side's parent-death signal fires when the thread that
+    started it exits, and a helper thread starts sides (spares, a new task's reference, the
+    candidate's own)."""
+
+    def __init__(self, evaluators: Evaluators, depth: int):
+        self.evaluators = evaluators
+        self.depth = max(0, depth)
+        self._threads = (ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="cuda-l1-load")
+                         if self.depth else None)
+        self._jobs: dict[Any, Future] = {}
+
+    def start(self, key, task, source: str, busy: Iterable[str]) -> None:
+        """Begin loading `source` for `task` on a helper thread (once per key)."""
+        if self._threads is None or key in self._jobs:
+            return
+        self._jobs[key] = self._threads.submit(self._load, task, source, frozenset(busy))
+
+    def _load(self, task, source: str, busy: frozenset) -> tuple[Any, Any, BaseException | None]:
+        try:
+            evaluator = self.evaluators.get(task, busy)
+        except BaseException as exc:  # noqa: BLE001 - a task that cannot be prepared: the job's error
+            return None, None, exc
+        return evaluator, evaluator.preload(source), None  # preload never raises
+
+    def take(self, key, timeout_s: float | None = None) -> tuple[Any, Any, BaseException | None]:
+        """(evaluator, preloaded, error) for a job started here, once its load finished; (None, None,
+        None) for a job never started. A load that has not finished within `timeout_s` is given up
+        (an evaluator error for the job; the side it leaves is stopped when it ends)."""
+        future = self._jobs.pop(key, None)
+        if future is None:
+            return None, None, None
+        try:
+            return future.result(timeout=timeout_s)
+        except FutureTimeout:
+            future.add_done_callback(lambda f: f.result()[1] is not None and f.result()[1].discard())
+            return None, None, RuntimeError(f"the load ahead did not finish within {timeout_s:.0f} s")
+
+    def started(self) -> set:
+        """Keys of the jobs loading or loaded here, not yet taken."""
+        return set(self._jobs)
+
+    def close(self) -> None:
+        """Wait for the loads under way, stop the sides they left, end the threads."""
+        for key in list(self._jobs):
+            _, preloaded, _ = self.take(key)
+            if preloaded is not None:
+                preloaded.discard()
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)

@@ -1,0 +1,246 @@
+"""What every evaluation of one task shares (`TaskEnv`): the reference's side, kept for the task; the
+input source, which makes fresh inputs from secret seeds in the parent; the idle probe; and where the
+sides are timed (the core of a CPU evaluation, the core GPU sides are pinned to after their first
+window). Also the input-slot budget, from the inputs' and one call's outputs' sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import Callable
+
+import torch
+
+from cuda_l1.errors import TaskError
+from cuda_l1.evaluate import side_memory
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.pinning import pin_side
+from cuda_l1.evaluate.protocol import Mapped, Setup
+from cuda_l1.evaluate.quiet import Quiet
+from cuda_l1.evaluate.remote import RemoteMemory
+from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
+from cuda_l1.evaluate.side_supply import SideKind, SideSupply
+from cuda_l1.evaluate.sides import Side, load_side, mapped_inputs
+from cuda_l1.evaluate.slots import InputSource, SlotBuffer
+from cuda_l1.tasks import Task
+from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module, module_footprint
+
+MAX_SLOTS = 256  # input slots per side: the most calls one window can make
+
+
+def _idlest(cores: list[int], sample_s: float = 0.05) -> int:
+    """The core that was idle longest over a short sample (/proc/stat), so evaluators started side by
+    side spread over the cores instead of all timing on the first one."""
+    def idle() -> dict[int, int]:
+        out = {}
+        try:
+            with open("/proc/stat") as fh:
+                for line in fh:
+                    name, *fields = line.split()
+                    if name.startswith("cpu") and name[3:].isdigit() and len(fields) > 4:
+                        out[int(name[3:])] = int(fields[3]) + int(fields[4])  # idle + iowait
+        except OSError:
+            pass
+        return out
+
+    before = idle()
+    time.sleep(sample_s)
+    after = idle()
+    return max(cores, key=lambda c: (after.get(c, 0) - before.get(c, 0), -c))
+
+
+def timing_core(config: EvalConfig) -> int | None:
+    """The core both sides are timed on: CPU device with one thread, where the platform can pin; on a
+    GPU only when `cpu_core` is given (launch-bound tasks then run both sides' host code on one core)."""
+    if (config.threads or 1) != 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if config.cpu_core is not None:
+        return config.cpu_core if config.cpu_core in allowed else None
+    if config.device != "cpu":
+        return None
+    return _idlest(allowed) if len(allowed) > 1 else (allowed[0] if allowed else None)
+
+
+def gpu_timed_core(config: EvalConfig) -> int | None:
+    """The core a GPU evaluation pins both sides to after their first window (None: not pinned, or
+    pinned from the start by `cpu_core`)."""
+    if not config.device.startswith("cuda") or not config.pin_gpu_sides or config.cpu_core is not None:
+        return None
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if config.timed_core is not None:
+        return config.timed_core if config.timed_core in allowed else None
+    return _idlest(allowed) if len(allowed) > 1 else None
+
+
+def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int | None = None) -> int:
+    """Slots per side: the inputs of a window live three times (generated, and in each side's buffer)
+    and each side keeps the outputs of two windows (this one's and the last one's) until they are
+    read. `output_bytes` (one call's, from a meta-device run) is taken to be as large as the inputs
+    when unknown: a small-input task with a large output (KernelBench's matmul with K=32: 4 MiB in,
+    1 GiB out) would otherwise get 256 slots and exhaust the GPU."""
+    if config.input_memory_bytes:
+        budget = config.input_memory_bytes
+    elif config.device.startswith("cuda"):
+        budget = torch.cuda.get_device_properties(torch.device(config.device)).total_memory // 5
+    else:
+        budget = 1 << 30
+    out = input_bytes if output_bytes is None else output_bytes
+    return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * out, 1)))
+
+
+def _output_bytes(module) -> int | None:
+    """Bytes of one call's outputs, from the reference (its loaded module) run on torch's meta device
+    (no memory, no kernels); None when it cannot run there (a data-dependent shape, an explicit device)."""
+    try:
+        return module_footprint(module)["output_bytes"]
+    except Exception:  # noqa: BLE001 - only a budget hint: the input-sized guess stands in
+        return None
+
+
+class TaskEnv:
+    """What every evaluation of one task shares: the reference's side, the input source, the probe."""
+
+    def __init__(self, task: Task, config: EvalConfig, build: Callable | None, supply: SideSupply):
+        self.task, self.config, self.build, self.supply = task, config, build, supply
+        self.device = config.device
+        self.core = timing_core(config)
+        self.timed_core = gpu_timed_core(config)  # why GPU sides are pinned at all: pinning.py
+        self.threads = config.threads or 1
+        self.init_seed = secrets.randbits(62)
+        # Seconds of this task's preparation by step, reported with the task's first verdict: the
+        # time no candidate is charged with (timing.phases_s, as "task.*").
+        self.setup_phases: dict[str, float] = {}
+        lap = time.perf_counter()
+
+        def mark(name: str) -> None:
+            nonlocal lap
+            now = time.perf_counter()
+            self.setup_phases[name] = now - lap
+            lap = now
+
+        origin = task.origin or task.name
+        with supply.gate:  # the parent's own work on the device: never beside a timed window
+            module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}")
+            from cuda_l1.evaluate import inputs as inputs_mod
+
+            mark("module")
+            check_init_args(inputs_mod.make_init_inputs(module, self.init_seed), origin)
+            check_forward_args(inputs_mod.make_inputs(module, 0, self.device), origin)
+            mark("check_args")
+            self.source = InputSource(module, self.device, origin)
+            self.n_slots = _slot_budget(config, self.source.input_bytes(), _output_bytes(module))
+            self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
+                                     if self.device.startswith("cuda") else config.sandbox.memory_bytes)
+            mark("input_source")
+            self.read_paths: list[str] = []  # built extensions are handed to a side in its scratch directory
+        self.quiet: Quiet | None = None  # calibrate_quiet(), by the thread that times
+        self.oracle_unavailable = ""
+        self.reference_peak = 0  # host memory the reference's side was seen holding (side_memory.py)
+        self.ref: Side | None = None
+        self.start_reference()
+        mark("reference")
+
+    def calibrate_quiet(self) -> Quiet:
+        """The idle probe, calibrated once, before the task's first timed window, by the thread that
+        times, with every warming spare and background side stopped: a task prepared ahead in a
+        helper thread would calibrate it while another candidate's checks keep the device busy, and
+        a probe calibrated on a busy device ends windows before the device is idle."""
+        if self.quiet is None:
+            with self.supply.stopped():
+                self.quiet = Quiet(self.device, flush=self.config.timing.flush_cache, core=self.core)
+        return self.quiet
+
+    def start_side(self, memory_limit: int | None = None) -> SideProcess:
+        """A fresh side (from the supply: maybe started ahead); a candidate's may hold what the
+        reference's measured peak allows."""
+        limit = memory_limit or side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
+        kind = SideKind(repr(self.config.sandbox), self.device, tuple(self.read_paths), self.core)
+        return self.supply.take(kind, lambda lim: SideProcess.start(self.config.sandbox, self.device, self.read_paths,
+                                                                    self.core, memory_limit=lim), limit)
+
+    def pin_for_timing(self, proc: SideProcess) -> None:
+        """Pin a stopped side to the GPU evaluation's timed core, once (the reference's side lives on
+        across candidates and keeps its pin)."""
+        if self.timed_core is not None and proc.pinned_core != self.timed_core:
+            pin_side(proc, self.timed_core)
+
+    def note_reference_memory(self) -> int:
+        """Read what the reference's side holds now; returns the candidate limit it implies."""
+        if self.ref is not None:  # now, and the most its watchdog saw during the windows
+            held = self.ref.proc.memory_bytes()
+            self.reference_peak = max(self.reference_peak, held, self.ref.proc.peak_memory)
+        return side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
+
+    def start_reference(self) -> None:
+        """The reference's side, loaded (in a helper thread too: it works in the background, stopped for
+        every timed window of the worker, until it is stopped for good here)."""
+        gate = self.supply.gate
+        t0 = time.perf_counter()
+        with gate:  # taken and tracked at once: no window runs between the two
+            proc = self.start_side(side_memory.reference_limit(self.config.sandbox))
+            self.supply.track(proc)
+        t1 = time.perf_counter()
+        origin = self.task.origin or self.task.name
+        try:
+            setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads)
+            loaded, _ = load_side(proc, setup, self.config.load_timeout_s, self.build, gate=gate)
+            if not loaded.ok:
+                raise TaskError("the reference does not load in the sandbox:\n" + loaded.message[-3000:], path=origin)
+            t2 = time.perf_counter()
+            with gate:
+                stop_failure = self.supply.untrack(proc)
+                if stop_failure is not None:
+                    raise stop_failure
+                buffer = SlotBuffer(self.source, self.n_slots, proc.inputs_fd)
+                mapped = proc.request(buffer.message(), self.config.call_timeout_s, Mapped)
+                self.setup_phases.update({"reference_side": t1 - t0, "reference_load": t2 - t1,
+                                          "reference_map": time.perf_counter() - t2})
+                if not mapped.ok:
+                    raise RuntimeError("the reference's side could not map its inputs: " + mapped.message)
+                self.ref = Side("reference", proc, buffer, RemoteMemory(self.device, proc.harness_pid,
+                                                                        self.max_output_bytes))
+                self.ref.input_ranges = mapped_inputs(self.ref)
+                self.note_reference_memory()
+                proc.freeze()
+        except ChildFailure as failure:
+            failure = self.supply.untrack(proc) or failure
+            log = proc.close(graceful=False)
+            raise TaskError(f"the reference cannot run in the sandbox: {failure}\n{log[-2000:]}", path=origin) from None
+        except BaseException:
+            self.supply.untrack(proc)
+            proc.close(graceful=False)
+            raise
+
+    def restart_reference(self) -> None:
+        self.close_reference()
+        self.start_reference()
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
+    def close_reference(self) -> None:
+        if self.ref is not None:
+            self.ref.memory.close()
+            self.ref.proc.close(graceful=True)
+            self.ref.buffer.close()
+            self.ref = None
+
+    def close(self) -> None:
+        self.close_reference()
+
+
+def prime_supply(supply: SideSupply, config: EvalConfig) -> None:
+    """Start a worker's spares before its first task: the kind its tasks will ask for (no readable
+    paths, the timing core as TaskEnv picks it), any memory limit (set again when handed out)."""
+    if not supply.prewarm:
+        return
+    core = timing_core(config)
+    kind = SideKind(repr(config.sandbox), config.device, (), core)
+    supply.prime(kind, lambda lim: SideProcess.start(config.sandbox, config.device, [], core, memory_limit=lim),
+                 config.sandbox.memory_bytes)
