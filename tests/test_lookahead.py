@@ -322,3 +322,29 @@ def test_a_worker_prepares_one_new_task_at_a_time():
     fresh = Ahead()  # the job being judged is of a task not yet prepared: none other starts
     _load_ahead(fresh, [(0, a, "s"), (1, b, "s"), (2, a, "s")], 2, ready=set(), busy=set())
     assert fresh.jobs == [2]
+
+
+def test_a_background_side_that_keeps_the_device_busy_is_ended_for_it():
+    supply = SideSupply(prewarm=False)
+
+    class Busy(FakeSide):
+        killed = ""
+
+        def kill(self, why=""):
+            self.killed = why
+            self.frozen = set()
+
+    side = Busy()
+    supply.track(side)
+    settles = []
+
+    def settle():  # the device stays busy the first time, then goes idle
+        settles.append(True)
+        if len(settles) == 1:
+            raise TimeoutError("the device stayed busy after the window")
+
+    with supply.stopped(settle=settle):
+        pass
+    assert len(settles) == 2 and "busy" in side.killed
+    failure = supply.untrack(side)
+    assert isinstance(failure, ChildFailure) and failure.kind == REJECTED and "device busy" in str(failure)

@@ -122,11 +122,9 @@ class Referee:
             self._timed_window(side, slots, timeout, signals, inputs, count, gpu)
 
     def _settle_device(self, timeout: float) -> None:
-        """Wait until work a stopped spare left on the device is done (best effort: it is trusted)."""
-        try:
-            self.env.quiet.wait_idle(min(timeout, 5.0))
-        except TimeoutError:
-            pass
+        """Wait until work the stopped spares and background sides left on the device is done; a
+        TimeoutError lets the supply end the background sides that keep it busy (side_supply.py)."""
+        self.env.quiet.wait_idle(min(timeout, 5.0))
 
     def _timed_window(self, side: Side, slots: list[int], timeout: float, signals: bool,
                       inputs: RoundInputs | None, count: int, gpu: bool) -> None:

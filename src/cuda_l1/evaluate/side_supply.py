@@ -136,7 +136,7 @@ class SideSupply:
                     self._stop_failures[id(side)] = failure
             try:
                 if held and settle is not None:
-                    settle()
+                    self._settle(settle, held)
                 yield
             finally:  # every side stopped here is resumed, whatever happened in the block
                 for side in held:
@@ -146,9 +146,27 @@ class SideSupply:
                         failure = exc if isinstance(exc, ChildFailure) else ChildFailure(
                             "runtime_error", f"the side could not be resumed after a window: {exc}")
                         if any(p is side for p in self._background):
-                            self._stop_failures[id(side)] = failure
+                            self._stop_failures.setdefault(id(side), failure)
                         else:
                             self._drop(side)
+
+    def _settle(self, settle: Callable[[], None], held: list) -> None:
+        """Let the device go idle before a window. Work a stopped side queued still runs; if it keeps
+        the device busy past settle's limit, the background sides among them (candidates' code, not
+        trusted) are ended for it, and the device is given one more chance; spares are trusted."""
+        try:
+            settle()
+            return
+        except TimeoutError:
+            pass
+        for side in [p for p in held if any(p is b for b in self._background)]:
+            side.kill("kept the device busy while stopped")
+            self._stop_failures[id(side)] = ChildFailure(
+                "rejected", "the side kept the device busy while stopped, beside another candidate's window")
+        try:
+            settle()
+        except TimeoutError:
+            pass  # the window's own wait for an idle device charges what remains
 
     def _drop(self, spare: SideProcess) -> None:
         spare.close(graceful=False)
