@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--lookahead", type=int, default=None,
                         help="jobs a worker loads ahead (default: the setting's, 2 on CUDA, 0 on CPU)")
     parser.add_argument("--spares", type=int, default=None, help="spare sides a worker keeps warming")
+    parser.add_argument("--fork-server", action="store_true", help="sides forked from a fork server (opt-in)")
     args = parser.parse_args()
     tasks = load_builtin(args.sizes or ("gpu" if args.device.startswith("cuda") else "cpu"))[: args.limit]
     jobs = batch(tasks)
@@ -80,6 +81,7 @@ def main() -> None:
         config.lookahead = args.lookahead
     if args.spares is not None:
         config.spares = args.spares
+    config.sandbox.fork_server = args.fork_server
     statuses: Counter = Counter()
     per_kind: dict = {}
     identical: dict = {}  # the eager candidates are the reference's own code: they must measure 1.00
@@ -107,7 +109,8 @@ def main() -> None:
            "identical_scored_1": sum(1 for v in identical.values() if v["speedup"] is not None
                                      and round(v["speedup"], 2) == 1.0),
            "config": {"timing": vars(config.timing), "correctness_trials": config.correctness_trials,
-                      "lookahead": config.lookahead, "spares": config.spares}}
+                      "lookahead": config.lookahead, "spares": config.spares,
+                      "fork_server": config.sandbox.fork_server}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=str))
     print(json.dumps({k: v for k, v in out.items() if k != "environment"}, default=str))

@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--per-task", type=int, default=4, help="candidates per task")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--lookahead", type=int, default=None)
+    parser.add_argument("--fork-server", action="store_true", help="sides forked from a fork server (opt-in)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     levels = {int(x) for x in args.levels.split(",")}
@@ -48,6 +49,7 @@ def main() -> None:
     config = EvalConfig(device=args.device)
     if args.lookahead is not None:
         config.lookahead = args.lookahead
+    config.sandbox.fork_server = args.fork_server
     rows, started = [], time.perf_counter()
     last = None
     with make_pool("local", args.device, config, 1) as pool:
@@ -63,7 +65,7 @@ def main() -> None:
     # Within a task after its first candidate: the warm engine's time per verdict.
     warm = [r["since_last_s"] for r in rows if r["k"] > 0 and r["since_last_s"] is not None]
     out = {"environment": environment(), "source": args.source, "tasks": [t.key for t in tasks],
-           "per_task": args.per_task, "lookahead": config.lookahead, "rows": rows,
+           "per_task": args.per_task, "lookahead": config.lookahead, "fork_server": config.sandbox.fork_server, "rows": rows,
            "warm_median_s": statistics.median(warm) if warm else None,
            "warm_max_s": max(warm) if warm else None, "total_s": time.perf_counter() - started}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -29,10 +29,13 @@ def cpu_config(**overrides) -> EvalConfig:
     return config
 
 
-def evaluator_for(reference: str, task) -> Evaluator:
-    if reference not in _evaluators:
-        _evaluators[reference] = Evaluator(task, cpu_config())
-    return _evaluators[reference]
+def evaluator_for(reference: str, task, fork_server: bool | None = None) -> Evaluator:
+    key = f"{reference}/{fork_server}"
+    if key not in _evaluators:
+        config = cpu_config()
+        config.sandbox.fork_server = fork_server
+        _evaluators[key] = Evaluator(task, config)
+    return _evaluators[key]
 
 
 @pytest.fixture
@@ -95,9 +98,26 @@ def _substitutions(case, tmp_path, listener_port=None, unix_path=None) -> dict[s
     return subs
 
 
+# On a CPU sides are forked from the fork server by default (fork_server.py); sides started as fresh
+# interpreters (the default on CUDA) face the cases that test what a side inherits or can reach
+# (credentials, files, sockets, privileges, processes, the harness's own state), and a few plain ones.
+FRESH_CASES = ("identical", "read_credentials", "write_outside", "network_access", "unix_socket", "privileges",
+                "fork_bomb", "hang", "segfault", "memory_hog", "predict_seed", "harness_reply_first",
+                "fake_verdict_exit", "timer_patch", "late_fill_thread", "input_mutation", "sysv_and_vsock",
+                "deep_reply", "harness_skip_calls", "lying_address", "malformed_reply", "reply_ahead")
+
+
 @pytest.mark.parametrize("name", sorted(CPU_CASES))
 def test_cpu_corpus(name, tmp_path, monkeypatch, listener, unix_listener):
-    case = CPU_CASES[name]
+    _judge_case(CPU_CASES[name], tmp_path, monkeypatch, listener, unix_listener, fork_server=None)
+
+
+@pytest.mark.parametrize("name", FRESH_CASES)
+def test_cpu_corpus_with_fresh_sides(name, tmp_path, monkeypatch, listener, unix_listener):
+    _judge_case(CPU_CASES[name], tmp_path, monkeypatch, listener, unix_listener, fork_server=False)
+
+
+def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_server: bool | None) -> None:
     # Credentials the evaluator's own process holds; none may reach the candidate.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sk-test-aws-secret")
@@ -105,8 +125,10 @@ def test_cpu_corpus(name, tmp_path, monkeypatch, listener, unix_listener):
     port, connections = listener
     if case.name in ("write_outside", "read_credentials") and landlock_abi() < 1:
         pytest.skip("Landlock is not available: file confinement is not enforced on this kernel")
-    evaluator = evaluator_for(case.reference, case.task())
+    evaluator = evaluator_for(case.reference, case.task(), fork_server)
     verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path, port, unix_listener)))
+    started = {None: None, True: "forked", False: "fresh interpreter"}[fork_server]
+    assert started is None or verdict.sandbox.get("started") == started, verdict.sandbox
     summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
     assert "sk-test-" not in verdict.to_json()
     if case.expect == "not_faster":

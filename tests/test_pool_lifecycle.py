@@ -132,7 +132,16 @@ def wait_until(predicate, timeout: float, step: float = 0.1):
 
 
 def is_sandbox_child(pid: int) -> bool:
-    return "cuda_l1.evaluate.child" in _cmdline(pid)
+    """A side: a fresh interpreter running the harness, or a side forked by a fork server."""
+    try:
+        forked = Path(f"/proc/{pid}/comm").read_text().strip() == "cuda-l1-side"
+    except OSError:
+        forked = False
+    return forked or "cuda_l1.evaluate.child" in _cmdline(pid)
+
+
+def is_fork_server(pid: int) -> bool:
+    return "cuda_l1.evaluate.fork_server" in _cmdline(pid) and not is_sandbox_child(pid)
 
 
 def is_worker(pid: int) -> bool:
@@ -144,8 +153,12 @@ def is_worker(pid: int) -> bool:
 def worker_evaluating(root: int) -> bool:
     """Whether an evaluation worker under `root` has a sandboxed candidate child right now."""
     table = _processes()
-    return any(is_sandbox_child(pid) and is_worker(table[pid]["ppid"])
-               for pid in family(root) if pid in table)
+
+    def workers_side(parent: int) -> bool:  # the worker's own child, or its fork server's
+        grandparent = table.get(parent, {}).get("ppid")
+        return is_worker(parent) or (is_fork_server(parent) and grandparent is not None and is_worker(grandparent))
+
+    return any(is_sandbox_child(pid) and workers_side(table[pid]["ppid"]) for pid in family(root) if pid in table)
 
 
 def kill_and_check(owner: subprocess.Popen, evaluating_within: float = 180.0, rest_within: float = 20.0) -> None:
@@ -162,7 +175,8 @@ def kill_and_check(owner: subprocess.Popen, evaluating_within: float = 180.0, re
         owner.wait(timeout=30)
         def evaluating() -> list[str]:
             return [line for line in survivors(known, owner.pid) if "multiprocessing.spawn" in line
-                    or "EvalWorker" in line or "cuda_l1.evaluate.child" in line]
+                    or "EvalWorker" in line or "cuda_l1.evaluate.child" in line
+                    or "cuda_l1.evaluate.fork_server" in line]
 
         left = wait_until(lambda: not evaluating(), timeout=20.0) or evaluating()
         assert left is True, "evaluation processes outlived the killed owner:\n" + "\n".join(left)
@@ -237,8 +251,11 @@ def get_init_inputs():
 
 
 def reference_sides(worker: int) -> list[int]:
-    """The sandboxed processes a worker keeps between candidates (its tasks' reference sides)."""
-    return [pid for pid, info in _processes().items() if info["ppid"] == worker and is_sandbox_child(pid)
+    """The sandboxed processes a worker keeps between candidates (its tasks' reference sides), its
+    own children or its fork server's."""
+    table = _processes()
+    parents = {worker} | {pid for pid, info in table.items() if info["ppid"] == worker and is_fork_server(pid)}
+    return [pid for pid, info in table.items() if info["ppid"] in parents and is_sandbox_child(pid)
             and info["state"] not in ("Z", "X")]
 
 

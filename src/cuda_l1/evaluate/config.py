@@ -25,6 +25,9 @@ class SandboxConfig:
     memory_headroom_bytes: int = setting(4 * 2**30, "... plus this much (compilers, a copy of the weights)")
     reference_memory_bytes: int | None = setting(None, "host memory the reference's own side may hold (None: half "
                                                  "of this host's memory, at least memory_bytes)")
+    fork_server: bool | None = setting(None, "start sides by forking a process that has imported torch (seconds "
+                                       "less a side; each still confines itself before any device or candidate "
+                                       "code). None: on a CPU device; on CUDA not until measured on a GPU")
     shm_bytes: int = setting(64 * 2**20, "size of the side's private /dev/shm")
     scratch_bytes: int = setting(4 * 2**30, "size of the side's scratch directory (a tmpfs"
                                  " where mount namespaces work)")

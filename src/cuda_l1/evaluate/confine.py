@@ -254,6 +254,7 @@ def _be_init(plan: ConfinePlan, keep_fds: tuple[int, ...], harness: int) -> None
         _lib().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if plan.drop_identity and drop_identity(plan.uid).startswith("not enforced"):
             os._exit(CONFINEMENT_FAILED)
+        die_with_parent()  # again: the kernel clears the parent-death signal when the uid changes
         while True:  # orphans of the side are reparented here: reap them until the harness ends
             try:
                 done, status = os.wait()
@@ -326,6 +327,7 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
             notes["pid"] = _start_harness_under_init(plan, keep_fds, outer_pid)
     notes["rlimits"] = ", ".join(f"{k}={v}" for k, v in apply_rlimits(**plan.limits).items())
     notes["identity"] = drop_identity(plan.uid) if plan.drop_identity else "disabled by configuration"
+    die_with_parent()  # again: the kernel clears the parent-death signal when the uid changes
     if notes["identity"].startswith("not enforced"):
         # Fail closed: candidate code never runs with capabilities it was meant not to have.
         raise ConfinementError(f"the side's identity could not be dropped ({notes['identity']}); "

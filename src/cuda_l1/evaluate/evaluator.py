@@ -23,6 +23,7 @@ from cuda_l1.evaluate import static_scan
 from cuda_l1.evaluate.build.requests import default_builder
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
+from cuda_l1.evaluate.fork_server import ForkedProcess
 from cuda_l1.evaluate.lookahead import Preloaded
 from cuda_l1.evaluate.protocol import Mapped, Release, Setup
 from cuda_l1.evaluate.referee import Referee
@@ -193,6 +194,7 @@ class Evaluator:
         verdict.checks = [dataclasses.replace(c, detail=clean_text(c.detail)) for c in checks]
         verdict.reasons, verdict.log = [clean_text(r) for r in referee.reasons], clean_text(log)
         verdict.sandbox = dict(cand.notes)
+        verdict.sandbox["started"] = "forked" if isinstance(cand.proc, ForkedProcess) else "fresh interpreter"
         verdict.sandbox["memory"] = {"limit_bytes": cand.memory_limit, "peak_bytes": cand.peak_memory,
                                      "reference_peak_bytes": env.reference_peak}
         if referee.builds:

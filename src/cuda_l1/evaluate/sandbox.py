@@ -35,6 +35,7 @@ from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, Chann
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
+from cuda_l1.evaluate.fork_server import launch
 from cuda_l1.evaluate.probe import identity_uid, usable_plan
 
 class ChildFailure(Exception):
@@ -116,9 +117,8 @@ class SideProcess:
         cmd = [sys.executable, "-u", "-m", "cuda_l1.evaluate.child", "--read-fd", str(p2c_r), "--write-fd", str(c2p_w),
                "--inputs-fd", str(child_inputs), "--device", device, "--plan", json.dumps(dataclasses.asdict(plan))]
         try:
-            self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=scrubbed_env(self.scratch), stdin=subprocess.DEVNULL,
-                                         stdout=fd, stderr=fd, pass_fds=tuple(passed), start_new_session=True,
-                                         close_fds=True)
+            self.proc = launch(cmd, config.fork_server, device, cmd[-1], p2c_r, c2p_w, child_inputs, fd, self.scratch,
+                               scrubbed_env(self.scratch))
         finally:
             for f in [fd] + passed:
                 os.close(f)
@@ -385,6 +385,8 @@ class SideProcess:
             pass
         if not self.config.keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        if hasattr(self.proc, "release"):  # forked by the fork server, which may now reap it
+            self.proc.release()
         return log
 
     def log_tail(self) -> str:

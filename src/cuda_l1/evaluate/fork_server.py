@@ -1,0 +1,391 @@
+"""Sides started by forking a process that has already imported torch (SandboxConfig.fork_server: by
+default on a CPU device; on CUDA once measured on a GPU).
+
+A side started as a fresh interpreter spends most of its start importing torch (about 3 s on a
+2-core CPU host, more than half of a GPU side's start on the H200), and a worker with loads ahead
+starts sides faster than that. The fork server is one trusted process per worker: it imports torch
+and the harness once, without creating any thread and without touching a GPU, and forks a side for
+each request. The forked child is single-threaded (fork copies the calling thread only), so it
+confines itself exactly as a fresh side does (child.main: its cgroup, namespaces, Landlock,
+seccomp, identity, limits) before it creates the device context or sees any candidate code.
+
+What a side inherits from the server is the server's memory: torch's modules and the requests it
+was sent, which hold nothing secret (scrubbed environments, confinement plans; a side's channel key
+is written by the parent straight into the side's own pipe, never sent here). The side's variables
+are set after the fork; /proc/PID/environ still shows the block the server started with, which is
+scrubbed as well. The server's own
+socket is closed in the child before anything else; every other descriptor but the side's pipes,
+input buffer and log is closed too.
+
+Exit statuses: the server is the sides' parent. It reports each side's exit (without reaping it,
+so the pid cannot be reused while the parent may still signal it) and reaps it when the parent
+releases it (`ForkedProcess.release`). `ForkedProcess` offers what sandbox.SideProcess uses of a
+subprocess.Popen: pid, poll, wait, returncode.
+
+The server runs as `python -m cuda_l1.evaluate.fork_server FD` under a scrubbed environment; it dies
+with the thread that started it (a thread of the ForkServer's own, living as long as it does).
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+from cuda_l1.evaluate.environment import scrubbed_env
+
+MAX_MESSAGE = 1 << 20  # a request (environment and plan) or a report, as JSON
+READY_TIMEOUT_S = 120.0  # the server's own start (it imports torch)
+SPAWN_TIMEOUT_S = 30.0  # one fork (milliseconds when well)
+SIDE_NAME = b"cuda-l1-side"  # a forked side's process name (/proc/PID/comm)
+
+
+# -- the parent's side ---------------------------------------------------------------------------------
+class ForkedProcess:
+    """A side forked by the server, as much of subprocess.Popen as sandbox.SideProcess uses."""
+
+    def __init__(self, server: "ForkServer", pid: int, args: list[str]):
+        self.server, self.pid, self.args = server, pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server._exit_status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.server._wait_exit(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.returncode = code
+        return code
+
+    def release(self) -> None:
+        """The parent is done with the pid: the server may reap it (at once, or when it exits)."""
+        self.server._release(self.pid)
+
+
+class NotSent(OSError):
+    """The request never reached the server: its descriptors are still the caller's alone."""
+
+
+class ForkServer:
+    """One server process; `spawn` forks a side from it. Thread-safe: requests carry ids, and a
+    request left unanswered ends the server (a late fork could not be told apart from the next)."""
+
+    def __init__(self):
+        self._send_lock = threading.Lock()  # a message is sent whole, one at a time
+        self._changed = threading.Condition()
+        self._exits: dict[int, int] = {}  # pid -> returncode (Popen's convention)
+        self._replies: dict[int, dict] = {}  # request id -> the server's answer
+        self._next_id = 0
+        self._dead = ""  # why the server cannot be used (empty while it can)
+        self._ready = threading.Event()
+        self._log = tempfile.NamedTemporaryFile(prefix="cuda-l1-fork-server-", suffix=".txt", delete=False)
+        self._scratch = tempfile.mkdtemp(prefix="cuda-l1-fork-server-")  # its working directory, empty
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._proc: subprocess.Popen | None = None
+        # The server's parent-death signal fires when the thread that started it exits: this one
+        # starts it and then reads its reports for as long as the server lives.
+        self._reader = threading.Thread(target=self._run, args=(theirs,), name="cuda-l1-fork-server", daemon=True)
+        self._reader.start()
+
+    def _run(self, theirs: socket.socket) -> None:
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-u", "-m", "cuda_l1.evaluate.fork_server", str(theirs.fileno())],
+                cwd=self._scratch, env=scrubbed_env(self._scratch), stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=self._log, pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self._fail(f"the fork server could not start: {exc}")
+            return
+        finally:
+            theirs.close()
+        try:
+            while True:
+                data = self._sock.recv(MAX_MESSAGE)
+                if not data:
+                    break
+                message = json.loads(data)
+                with self._changed:
+                    if message["op"] == "ready":
+                        self._ready.set()
+                    elif message["op"] == "spawned":
+                        self._replies[int(message["id"])] = message
+                    elif message["op"] == "exited":
+                        self._exits[int(message["pid"])] = int(message["returncode"])
+                    self._changed.notify_all()
+        except Exception as exc:  # noqa: BLE001 - whatever broke, the server is not used again
+            self._fail(f"the fork server's reports could not be read: {type(exc).__name__}: {exc}")
+            return
+        self._fail("the fork server exited: " + self.log_tail()[-500:])
+
+    def _fail(self, why: str) -> None:
+        """Never use the server again, and end it: a server declared gone must not fork later."""
+        with self._changed:
+            self._dead = self._dead or why or "the fork server is gone"
+            self._ready.set()
+            self._changed.notify_all()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+
+    def usable(self) -> bool:
+        """Whether the server said it is ready (waiting for it the first time) and is not gone."""
+        if not self._ready.wait(READY_TIMEOUT_S):
+            self._fail(f"the fork server was not ready within {READY_TIMEOUT_S:.0f} s")
+        return not self._dead
+
+    def spawn(self, device: str, plan_json: str, read_fd: int, write_fd: int, inputs_fd: int, log_fd: int,
+              cwd: str, env: dict[str, str]) -> ForkedProcess:
+        """Fork a side that runs the harness (child.main) with these descriptors, in `cwd` under
+        `env`. Raises NotSent when the request never reached the server (the caller may start a
+        fresh interpreter on the same descriptors), OSError when it went unanswered (the server is
+        then ended; the descriptors were handed over and must not be used again)."""
+        if not self.usable():
+            raise NotSent(self._dead)
+        fds = [read_fd, write_fd, log_fd] + ([inputs_fd] if inputs_fd >= 0 else [])
+        with self._changed:
+            request_id, self._next_id = self._next_id, self._next_id + 1
+        request = json.dumps({"op": "spawn", "id": request_id, "device": device, "plan": plan_json, "cwd": cwd,
+                              "env": env, "inputs": inputs_fd >= 0}).encode()
+        try:
+            with self._send_lock:
+                self._sock.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        except OSError as exc:  # a message this side of the socket refused (too large, say): nothing sent
+            raise NotSent(f"the fork server cannot take this request: {exc}") from None
+        with self._changed:
+            self._changed.wait_for(lambda: request_id in self._replies or self._dead, timeout=SPAWN_TIMEOUT_S)
+            reply = self._replies.pop(request_id, None)
+        if reply is None:
+            self._fail(f"the fork server did not answer a request within {SPAWN_TIMEOUT_S:.0f} s")
+            raise OSError(self._dead)
+        if "pid" not in reply:
+            raise OSError(reply.get("error", "the fork server could not fork"))
+        return ForkedProcess(self, int(reply["pid"]), ["cuda_l1.evaluate.child (forked)"])
+
+    def _exit_status(self, pid: int) -> int | None:
+        with self._changed:
+            if pid in self._exits:
+                return self._exits[pid]
+            return -signal.SIGKILL if self._dead else None  # the server's sides die with it
+
+    def _wait_exit(self, pid: int, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exits or self._dead, timeout=timeout)
+        return self._exit_status(pid)
+
+    def _release(self, pid: int) -> None:
+        try:
+            with self._send_lock:
+                self._sock.send(json.dumps({"op": "release", "pid": pid}).encode())
+        except OSError:
+            pass
+        with self._changed:
+            self._exits.pop(pid, None)
+
+    def log_tail(self) -> str:
+        try:
+            with open(self._log.name, "rb") as fh:
+                return fh.read()[-4000:].decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # the server reads end-of-file and exits
+        except OSError:
+            pass
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._sock.close()
+        for remove in (lambda: os.unlink(self._log.name), lambda: os.rmdir(self._scratch)):
+            try:
+                remove()
+            except OSError:
+                pass
+
+
+def launch(cmd: list[str], fork: bool | None, device: str, plan_json: str, read_fd: int, write_fd: int,
+           inputs_fd: int, log_fd: int, cwd: str, env: dict[str, str]):
+    """Start a side: forked by this process's fork server when `fork` (None: on a CPU device) and the
+    server is usable, else as a fresh interpreter running `cmd`. Returns a Popen or a ForkedProcess."""
+    if fork if fork is not None else device == "cpu":
+        try:
+            return shared().spawn(device, plan_json, read_fd, write_fd, inputs_fd, log_fd, cwd, env)
+        except NotSent:
+            pass  # a fresh interpreter: slower, never weaker
+    passed = tuple(fd for fd in (read_fd, write_fd, inputs_fd) if fd >= 0)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                            pass_fds=passed, start_new_session=True, close_fds=True)
+
+
+_SHARED: ForkServer | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared() -> ForkServer:
+    """This process's fork server, started on first use (and again after one is gone), ended when
+    this process exits."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None or _SHARED._dead:
+            if _SHARED is not None:
+                _SHARED.close()
+            else:
+                atexit.register(lambda: _SHARED is not None and _SHARED.close())
+            _SHARED = ForkServer()
+        return _SHARED
+
+
+# -- the server process ----------------------------------------------------------------------------------
+def _returncode(info) -> int:
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
+    """In the forked child: the side's descriptors, session, directory and environment, then the
+    harness, exactly as a fresh side runs it. Never returns."""
+    code = 1
+    try:
+        for fd in keep_out:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        # Named for what it is (its command line is still the server's): `ps`, tests, an operator.
+        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(SIDE_NAME), 0, 0, 0)  # PR_SET_NAME
+        read_fd, write_fd, log_fd = fds[0], fds[1], fds[2]
+        inputs_fd = fds[3] if request.get("inputs") else -1
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        keep = {0, 1, 2, read_fd, write_fd} | ({inputs_fd} if inputs_fd >= 0 else set())
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        for fd in (read_fd, write_fd, inputs_fd):
+            if fd >= 0:
+                os.set_inheritable(fd, True)
+        server_dir = os.getcwd()
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        # What a fresh interpreter in the side's directory would have: its directory first on the
+        # import path (`python -m` put the server's there) and a temp directory from TMPDIR (torch's
+        # import made tempfile settle on the server's).
+        sys.path[:] = [request["cwd"] if p in (server_dir, "") else p for p in sys.path]
+        tempfile.tempdir = None
+        from cuda_l1.evaluate import child
+
+        child.main(["--read-fd", str(read_fd), "--write-fd", str(write_fd), "--inputs-fd", str(inputs_fd),
+                    "--device", request["device"], "--plan", request["plan"]])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the log says why
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(sock: socket.socket) -> None:
+    from cuda_l1.evaluate.confine import die_with_parent
+
+    die_with_parent()
+    import torch  # noqa: F401 - what every side would import: once, here
+
+    from cuda_l1.evaluate import child, inputs, warmup  # noqa: F401
+    from cuda_l1.tasks import runtime  # noqa: F401
+
+    # A forked child has the forking thread only, whatever else runs here. Native pools (numpy's
+    # BLAS starts one at import) stop themselves around fork (pthread_atfork); a Python thread would
+    # leave its state behind half-done, so there must be none.
+    if threading.active_count() != 1:
+        print("cuda-l1 fork server: a Python thread runs beside the server; nothing is forked",
+              file=sys.stderr, flush=True)
+        os._exit(2)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    live: set[int] = set()  # forked, not yet reported as exited
+    released: set[int] = set()  # the parent is done with them: reap on exit
+    sock.send(json.dumps({"op": "ready"}).encode())
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        for pid in list(live):  # report exits without reaping: the pid stays the parent's to signal
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # gone already (cannot happen: only this loop reaps)
+                info = None
+                live.discard(pid)
+            if info is None:
+                continue
+            live.discard(pid)
+            if pid in released:  # the parent is done with it: reap, nothing to report
+                os.waitpid(pid, 0)
+                released.discard(pid)
+                continue
+            sock.send(json.dumps({"op": "exited", "pid": pid, "returncode": _returncode(info)}).encode())
+        if sock not in ready:
+            continue
+        fds = array.array("i")
+        data, ancdata, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(8 * fds.itemsize))
+        if not data:
+            return  # the parent is gone: the sides die with this process (their parent-death signal)
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+        request = json.loads(data)
+        if request["op"] == "release":
+            pid = int(request["pid"])
+            if pid in live:
+                released.add(pid)  # still running: reaped when it exits
+            else:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+            continue
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"op": "spawned", "id": request["id"], "error": f"fork failed: {exc}"}).encode())
+            continue
+        if pid == 0:
+            _become_side(request, list(fds), keep_out=[sock.fileno(), wake_r, wake_w])
+        for fd in fds:
+            os.close(fd)
+        live.add(pid)
+        sock.send(json.dumps({"op": "spawned", "id": request["id"], "pid": pid}).encode())
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))

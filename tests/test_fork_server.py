@@ -1,0 +1,193 @@
+"""Sides forked by the fork server (fork_server.py): they start in a fraction of a fresh side's time,
+hold only their own descriptors and the scrubbed environment, report how they ended, leave no
+process behind, and the evaluator falls back to a fresh interpreter when the server is unusable.
+(The adversarial corpus runs against forked sides in test_adversarial.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cuda_l1.evaluate import fork_server
+from cuda_l1.evaluate.config import SandboxConfig
+from cuda_l1.evaluate.sandbox import SideProcess
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="forks and reads /proc (Linux)")
+
+
+def _ready(side: SideProcess, limit_s: float = 120.0) -> float:
+    started = time.perf_counter()
+    while not side.started():
+        assert time.perf_counter() - started < limit_s, side.log_tail()
+        assert side.exit_info().reason == "running", side.log_tail()
+        time.sleep(0.005)
+    return time.perf_counter() - started
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out += [int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def test_a_forked_side_is_ready_fast_and_holds_only_what_a_side_should(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fork-secret")
+    server = fork_server.shared()
+    assert server.usable(), server.log_tail()
+    config = SandboxConfig(fork_server=True)
+    side = SideProcess.start(config, "cpu", [], None)
+    try:
+        assert isinstance(side.proc, fork_server.ForkedProcess)
+        assert _ready(side) < 30
+        harness = side.harness_pid()
+        # /proc/PID/environ shows the block the server was started with (scrubbed too); the side's
+        # own variables are set over it after the fork.
+        environ = Path(f"/proc/{harness}/environ").read_bytes().split(b"\0")
+        assert not any(b"sk-test-" in entry for entry in environ)
+        assert os.readlink(f"/proc/{harness}/cwd").startswith(side.scratch) or "scratch tmpfs" in str(side.notes)
+        # Its descriptors: standard streams, its two pipes, and what its own confinement opened;
+        # never the server's socket.
+        links = [os.readlink(f"/proc/{harness}/fd/{fd}") for fd in os.listdir(f"/proc/{harness}/fd")]
+        assert not any(link.startswith("socket:") for link in links), links
+        assert len(links) <= 8, links
+    finally:
+        side.close(graceful=True)
+    assert side.exit_info().reason == "exited"
+
+
+def test_a_forked_side_that_is_killed_says_so_and_is_reaped():
+    server = fork_server.shared()
+    assert server.usable()
+    side = SideProcess.start(SandboxConfig(fork_server=True), "cpu", [], None)
+    _ready(side)
+    with pytest.raises(subprocess.TimeoutExpired):  # running: no status yet
+        side.proc.wait(timeout=0.05)
+    assert side.proc.poll() is None
+    pid = side.proc.pid
+    side.kill("test")
+    assert side.proc.wait(timeout=10) == -9
+    assert side.exit_info().signal == 9
+    side.close(graceful=False)
+    deadline = time.monotonic() + 10
+    while pid in _children(server._proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid not in _children(server._proc.pid)  # released, then reaped by the server
+
+
+def test_many_forked_sides_start_faster_than_fresh_ones():
+    assert fork_server.shared().usable()
+    times = {}
+    for fork in (True, False):
+        sides = [SideProcess.start(SandboxConfig(fork_server=fork), "cpu", [], None) for _ in range(3)]
+        try:
+            times[fork] = max(_ready(side) for side in sides)
+        finally:
+            for side in sides:
+                side.close(graceful=False)
+    assert times[True] < times[False], times
+
+
+def test_without_a_usable_server_a_side_starts_as_a_fresh_interpreter(monkeypatch):
+    class Gone:
+        def spawn(self, *args, **kwargs):
+            raise fork_server.NotSent("the fork server exited")
+
+    monkeypatch.setattr(fork_server, "shared", lambda: Gone())
+    side = SideProcess.start(SandboxConfig(fork_server=True), "cpu", [], None)
+    try:
+        assert isinstance(side.proc, subprocess.Popen)
+        _ready(side)
+    finally:
+        side.close(graceful=False)
+
+
+def test_a_request_the_server_took_and_never_answered_is_not_started_again(monkeypatch):
+    """Its descriptors were handed over: a late fork could share them with a fresh interpreter."""
+    class Silent:
+        def spawn(self, *args, **kwargs):
+            raise OSError("the fork server did not answer a request within 30 s")
+
+    monkeypatch.setattr(fork_server, "shared", lambda: Silent())
+    with pytest.raises(OSError, match="did not answer"):
+        SideProcess.start(SandboxConfig(fork_server=True), "cpu", [], None)
+
+
+def test_a_server_that_stops_answering_is_ended_and_replaced(monkeypatch):
+    server = fork_server.ForkServer()
+    try:
+        assert server.usable()
+        monkeypatch.setattr(fork_server, "SPAWN_TIMEOUT_S", 0.5)
+        os.kill(server._proc.pid, 19)  # SIGSTOP: it takes the request and never answers
+        r, w = os.pipe()
+        try:
+            with pytest.raises(OSError, match="did not answer"):
+                server.spawn("cpu", "{}", r, w, -1, w, "/", {})
+        finally:
+            os.close(r)
+            os.close(w)
+        assert server._dead and not server.usable()
+        server._proc.wait(timeout=10)  # ended, not left to fork later
+    finally:
+        server.close()
+
+
+TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+# What a fresh interpreter in its own directory has, a forked side must have too: temp files go to
+# its TMPDIR (its scratch), and its directory, not the server's, leads the import path.
+LIKE_A_FRESH_SIDE = """
+import os, sys, tempfile
+
+
+class ModelNew(Model):
+    def __init__(self):
+        super().__init__()
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        assert os.path.dirname(path) == os.environ["TMPDIR"], (path, os.environ["TMPDIR"])
+        assert os.path.realpath(sys.path[0]) == os.path.realpath(os.getcwd()), (sys.path[0], os.getcwd())
+        assert not any("fork-server" in p for p in sys.path), sys.path
+"""
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_side_has_its_own_temp_directory_and_import_path(fork):
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import Evaluator
+    from cuda_l1.tasks import make_task
+
+    timing = TimingConfig.quick()
+    timing.enabled = False
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=1, prewarm=False)
+    config.sandbox.fork_server = fork
+    evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), config)
+    try:
+        verdict = evaluator.evaluate(TASK + LIKE_A_FRESH_SIDE)
+        assert verdict.status == "ok", (verdict.reasons, verdict.log[-2000:])
+        assert verdict.sandbox["started"] == ("forked" if fork else "fresh interpreter")
+    finally:
+        evaluator.close()
