@@ -49,6 +49,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=6)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    if args.device == "cuda":
+        args.device = "cuda:0"  # a side is given one device, by index
     server_started = time.perf_counter()
     usable = fork_server.shared().usable()
     server_s = time.perf_counter() - server_started

@@ -36,7 +36,8 @@ def main() -> None:
     parser.add_argument("--per-task", type=int, default=4, help="candidates per task")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--lookahead", type=int, default=None)
-    parser.add_argument("--fork-server", action="store_true", help="sides forked from a fork server (opt-in)")
+    parser.add_argument("--fresh-sides", action="store_true",
+                        help="sides started as fresh interpreters, not forked from the fork server (the default)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     levels = {int(x) for x in args.levels.split(",")}
@@ -49,7 +50,7 @@ def main() -> None:
     config = EvalConfig(device=args.device)
     if args.lookahead is not None:
         config.lookahead = args.lookahead
-    config.sandbox.fork_server = args.fork_server
+    config.sandbox.fork_server = not args.fresh_sides
     rows, started = [], time.perf_counter()
     last = None
     with make_pool("local", args.device, config, 1) as pool:

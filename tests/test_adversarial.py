@@ -33,7 +33,8 @@ def evaluator_for(reference: str, task, fork_server: bool | None = None) -> Eval
     key = f"{reference}/{fork_server}"
     if key not in _evaluators:
         config = cpu_config()
-        config.sandbox.fork_server = fork_server
+        if fork_server is not None:
+            config.sandbox.fork_server = fork_server
         _evaluators[key] = Evaluator(task, config)
     return _evaluators[key]
 

@@ -136,6 +136,32 @@ def test_summary_and_ci():
     assert lo <= point <= hi and 1.9 < point < 2.05
 
 
+def test_speedup_taken_by_order_class_cancels_a_first_window_penalty():
+    """Identical sides, each 5% slower when its window comes first in a round (as measured on the
+    H200), and the order drawn 110 to 90: all rounds pooled, the medians fall in different
+    clusters and the speedup reads about 0.95; taken by order class it is 1.00 within noise."""
+    import random
+
+    rng = random.Random(7)
+    candidate_first = [True] * 110 + [False] * 90
+    rng.shuffle(candidate_first)
+    noise = [1 + 0.003 * rng.uniform(-1, 1) for _ in range(400)]
+    ref = [(1.05 if not f else 1.0) * noise[i] for i, f in enumerate(candidate_first)]
+    cand = [(1.05 if f else 1.0) * noise[200 + i] for i, f in enumerate(candidate_first)]
+    pooled, _, _ = speedup_ci(ref, cand, seed=1)
+    assert pooled < 0.97  # what the pooled median made of it
+    point, lo, hi = speedup_ci(ref, cand, candidate_first, seed=1)
+    assert abs(point - 1) < 0.005 and lo <= 1.0 <= hi and hi - lo < 0.01
+    assert conservative_speedup(point, lo, hi) == 1.0
+    # A real difference survives the split: a candidate 20% faster reads 1.2 either way.
+    faster = [c / 1.2 for c in cand]
+    point, lo, hi = speedup_ci(ref, faster, candidate_first, seed=1)
+    assert abs(point - 1.2) < 0.01 and lo > 1.18
+    # Too few rounds of one order: all rounds as one class (the pooled estimate).
+    few = [True] * 38 + [False] * 2
+    assert speedup_ci(ref[:40], cand[:40], few, seed=1) == speedup_ci(ref[:40], cand[:40], seed=1)
+
+
 def test_conservative_speedup_rounds_toward_one():
     assert conservative_speedup(1.5, 1.4, 1.6) == 1.4
     assert conservative_speedup(1.257, 1.2561, 1.27) == 1.25

@@ -60,6 +60,9 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     from cuda_l1.evaluate import lifeline
 
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
+    # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
+    # what a caller waits for before the first verdict, apart from the verdict itself.
+    start = {"process": time.time()}
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.lookahead import lookahead_of
     from cuda_l1.evaluate.task_env import prime_supply
@@ -71,8 +74,10 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     # One supply for all of the worker's tasks: the sides a new task needs (its reference's and its
     # first candidate's) were started during the previous task's evaluations, and the first task's
     # while the worker waited for it.
+    start["imported"] = time.time()
     supply = SideSupply(prewarm_of(config), spares=config.spares)
     prime_supply(supply, config)
+    start["spares_started"] = time.time()
     depth = lookahead_of(config)
     # One more prepared task than without lookahead: the next one, prepared while this one is judged.
     evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
@@ -96,6 +101,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
         _load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
         job_id, task, source, best, thresholds = queued.popleft()
         outbox.put((job_id, STARTED, None))  # a death from now on is this job's
+        start.setdefault("first_job", time.time())
         try:
             evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
             if error is not None:
@@ -103,6 +109,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             evaluator = evaluator or evaluators.get(task, busy)
             evaluator.config.best_known_speedup = best
             verdict = evaluator.evaluate(source, thresholds=thresholds, preloaded=preloaded)
+            if start:
+                verdict.timing["worker_start"], start = start, {}
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))

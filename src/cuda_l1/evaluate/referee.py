@@ -361,14 +361,14 @@ class Referee:
                 continue
             n = len(cand_ms)
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
-                self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
+                self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first)
             self.stopped = timing.stop_reason(
                 n, self.estimate if n >= tc.min_rounds else None, time.monotonic() - timed_since,
                 min_rounds=tc.min_rounds, max_rounds=tc.max_rounds, max_time_s=tc.max_time_s,
                 target_width=tc.target_width, thresholds=self.thresholds, margin=tc.decide_margin) or ""
             if self.stopped:
                 break
-        self.estimate = timing.estimate(ref_ms, cand_ms, seed=self.rng.randrange(1 << 30))
+        self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first)
         self.phases["measure_total"] = time.perf_counter() - measure_start
         self._finish(ref_ms, cand_ms, plan, overhead_s)
 

@@ -60,10 +60,12 @@ class Estimate:
         return conservative_speedup(self.point, self.lo, self.hi)
 
 
-def estimate(ref_ms: list[float], cand_ms: list[float], seed: int) -> Estimate:
-    """Speedup = median reference time / median candidate time over paired rounds, with a bootstrap
-    interval; one statistic for the point, the interval and the score."""
-    point, lo, hi = speedup_ci(ref_ms, cand_ms, seed=seed)
+def estimate(ref_ms: list[float], cand_ms: list[float], seed: int,
+             candidate_first: list[bool] | None = None) -> Estimate:
+    """Speedup = median reference time / median candidate time over paired rounds, within each order
+    class of rounds (speedup_stats.speedup_ci), with a bootstrap interval; one statistic for the point,
+    the interval and the score."""
+    point, lo, hi = speedup_ci(ref_ms, cand_ms, candidate_first, seed=seed)
     return Estimate(point, lo, hi, statistics.median(ref_ms), statistics.median(cand_ms))
 
 
