@@ -55,8 +55,10 @@ def main() -> None:
                        "candidate_ms": verdict.candidate_ms, "rounds": verdict.timing.get("rounds"),
                        "seconds": round(time.perf_counter() - t0, 2), "stopped": verdict.timing.get("stopped"),
                        "phases_s": verdict.timing.get("phases_s")}
-                rows.append(row)
                 print(json.dumps(row), flush=True)
+                # Every round's times and order, so another estimator can be tried on the same rounds.
+                row["samples"] = verdict.timing.get("samples")
+                rows.append(row)
         finally:
             evaluator.close()
     timed = [r for r in rows if r["raw"] is not None]

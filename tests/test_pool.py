@@ -230,6 +230,7 @@ def test_batch_statuses_and_every_job_answered_once(backend, tasks):
     with open_pool(backend, workers=2) as pool:
         results = list(pool.run(jobs))
         workers = set(pool.workers)
+        n_workers = len(pool.workers)
         pids = pool.worker_pids()
         # The credential did reach the trusted workers, so the snoop candidates did test the sandbox.
         assert any(SECRET.encode() in Path(f"/proc/{pid}/environ").read_bytes() for pid in pids)
@@ -244,6 +245,12 @@ def test_batch_statuses_and_every_job_answered_once(backend, tasks):
         assert result.worker in workers
     wrong = next(r for r in results if r.job.key == "affine/wrong_shape")
     assert wrong.verdict.check("shape").passed is False
+    if backend == "local":  # each worker's first verdict says how its own start went, and only that one
+        starts = [r.verdict.timing["worker_start"] for r in results if "worker_start" in r.verdict.timing]
+        assert 1 <= len(starts) <= n_workers
+        for start in starts:
+            assert start["process"] <= start["imported"] <= start["spares_started"] <= start["first_job"]
+            assert start["probe_s"] >= 0
 
 
 def test_reference_prepared_once_per_task_per_worker(backend, tmp_path, tasks):

@@ -62,7 +62,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
-    start = {"process": time.time()}
+    start: dict | None = {"process": time.time()}
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.lookahead import lookahead_of
     from cuda_l1.evaluate.task_env import prime_supply
@@ -101,7 +101,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
         _load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
         job_id, task, source, best, thresholds = queued.popleft()
         outbox.put((job_id, STARTED, None))  # a death from now on is this job's
-        start.setdefault("first_job", time.time())
+        if start is not None:
+            start.setdefault("first_job", time.time())
         try:
             evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
             if error is not None:
@@ -109,8 +110,11 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             evaluator = evaluator or evaluators.get(task, busy)
             evaluator.config.best_known_speedup = best
             verdict = evaluator.evaluate(source, thresholds=thresholds, preloaded=preloaded)
-            if start:
-                verdict.timing["worker_start"], start = start, {}
+            if start is not None:
+                from cuda_l1.evaluate.probe import PROBE_SECONDS
+
+                start["probe_s"] = round(sum(PROBE_SECONDS.values()), 2)  # a duration, not a stamp
+                verdict.timing["worker_start"], start = start, None
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 
 from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
 from cuda_l1.evaluate.environment import scrubbed_env
@@ -34,6 +35,7 @@ def identity_uid(read_paths: list[str]) -> int | None:
 
 
 _PLANS: dict[tuple, str] = {}
+PROBE_SECONDS: dict[str, float] = {}  # per device: how long this process spent probing (worker start stamps)
 
 
 def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, str]:
@@ -45,6 +47,7 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
         return "", plan.sockets
     key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, namespaces)
     if key not in _PLANS:
+        started = time.perf_counter()
         chosen = ("", "any")
         scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
         sets = NAMESPACE_SETS[:-1] if namespaces else ("",)
@@ -59,6 +62,7 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
                     break
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+            PROBE_SECONDS[device] = PROBE_SECONDS.get(device, 0.0) + time.perf_counter() - started
         _PLANS[key] = chosen
     return _PLANS[key]
 
