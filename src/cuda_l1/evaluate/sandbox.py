@@ -1,19 +1,19 @@
 """The trust boundary, parent side: one sandboxed process running one side (reference or candidate).
 
 What the parent guarantees, whatever the module inside does:
-- it runs in a separate process started from a clean interpreter, in a fresh scratch directory, with
-  an environment built from an allow-list (no keys, tokens, secrets, passwords, and no HF/OpenAI/AWS/...
-  variables at all), confined before torch is imported (confine.py: namespaces, private mounts, no
-  capabilities or an unprivileged uid, Landlock, seccomp, rlimits) — each layer probed and reported;
+- it runs in a process of its own (a fresh interpreter, or forked from the fork server: one that has
+  imported torch and nothing secret) in a fresh scratch directory, with an allow-listed environment
+  (no keys, tokens, secrets, passwords, HF/OpenAI/AWS/... variables), confined (confine.py: namespaces,
+  private mounts, an unprivileged uid or no capabilities, Landlock, seccomp, rlimits) before it creates
+  a device context or sees candidate code — each layer probed and reported;
 - it talks to the parent only through a private, authenticated channel (channel.py) whose frames are
   typed and validated (protocol.py); what it prints goes to a log that is never parsed;
 - it runs only inside its own windows: before and after, the parent stops every process of its tree
-  with SIGSTOP and checks that none of them used CPU time while stopped (`freeze`, `thaw`);
+  (its cgroup's freezer, else SIGSTOP) and checks that none used CPU time while stopped (`freeze`, `thaw`);
 - its outputs are read by the parent from its memory (remote.py), never taken from its reports;
-- wall-clock deadlines for every request, a memory limit (resident memory of the whole tree plus its
-  private /dev/shm) and a process-count limit are watched from outside; on any breach, and at the end,
-  every process of the tree is killed.
-"""
+- wall-clock deadlines for every request, a memory limit (resident memory of the tree plus its private
+  /dev/shm) and a process-count limit are watched from outside; on any breach, and at the end, every
+  process of the tree is killed."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, Chann
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
-from cuda_l1.evaluate.fork_server import launch
+from cuda_l1.evaluate.fork_server import launch, shared
 from cuda_l1.evaluate.probe import identity_uid, usable_plan
 
 class ChildFailure(Exception):
@@ -100,6 +100,8 @@ class SideProcess:
                                    # a reservation limit only where no cgroup counts what is held
                                    "address_space_bytes": self.memory_limit if device == "cpu" and not counted
                                    else None})
+        if config.fork_server:  # the fork server's start (it imports torch) overlaps the probe's
+            shared()
         plan.namespaces, plan.sockets = usable_plan(config.namespaces, device, plan)
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:
@@ -274,7 +276,6 @@ class SideProcess:
                 return self.chan.recv_frame(timeout=min(remaining, 0.25))
             except ChannelTimeout:
                 self.watch()
-                continue
             except ChannelClosed:
                 raise ChildFailure("runtime_error", self._death_message()) from None
             except ChannelError as exc:
@@ -284,15 +285,11 @@ class SideProcess:
     def decode(self, frame: bytes, expect: type | None = None):
         """Authenticate, parse and validate a frame from recv_frame into its message."""
         try:
-            message = self.chan.parse(frame)
-        except ChannelError as exc:
+            reply = validate.decode(self.chan.parse(frame).header, from_side=True)
+        except (ChannelError, protocol.ProtocolError) as exc:
             self.kill("broke the protocol")
-            raise ChildFailure("rejected", f"the side sent an invalid frame ({exc})") from None
-        try:
-            reply = validate.decode(message.header, from_side=True)
-        except protocol.ProtocolError as exc:
-            self.kill("broke the protocol")
-            raise ChildFailure("rejected", f"the side sent an invalid message ({exc})") from None
+            what = "frame" if isinstance(exc, ChannelError) else "message"
+            raise ChildFailure("rejected", f"the side sent an invalid {what} ({exc})") from None
         if expect is not None and not isinstance(reply, expect):
             self.kill("broke the protocol")
             raise ChildFailure("rejected", f"the side answered {type(reply).__name__} where {expect.__name__} was due")
