@@ -162,6 +162,40 @@ def test_speedup_taken_by_order_class_cancels_a_first_window_penalty():
     assert speedup_ci(ref[:40], cand[:40], few, seed=1) == speedup_ci(ref[:40], cand[:40], seed=1)
 
 
+def test_window_order_comes_in_reversed_pairs_and_balances_the_order_classes():
+    """Every second round reverses the one before it, so over any run of recorded rounds each order
+    comes up equally often within two, and the first of each pair is still drawn at random."""
+    import random
+
+    from cuda_l1.evaluate.timing import window_order
+
+    rng = random.Random(3)
+    orders, order = [], None
+    for r in range(41):
+        order = window_order(["ref", "cand"], order if r % 2 else None, rng)
+        orders.append(order)
+    for a, b in zip(orders[0::2], orders[1::2]):
+        assert b == a[::-1]
+    firsts = [o[0] == "cand" for o in orders]
+    for start in range(0, 10):  # recording may begin at any round
+        tail = firsts[start:]
+        assert abs(tail.count(True) - tail.count(False)) <= 2
+    assert 5 < sum(firsts[0::2]) < 16  # the pair's first order is not fixed
+
+
+def test_position_effect_shows_a_reference_slowed_only_after_the_candidate():
+    from cuda_l1.evaluate.timing import Recorded, position_effect
+
+    first = [True, False] * 10
+    honest = Recorded([1.0 if f else 1.05 for f in first], [1.05 if f else 1.0 for f in first], first)
+    assert position_effect(honest) == {"reference_second_over_first": 0.9524,
+                                       "candidate_second_over_first": 0.9524}
+    slowed = Recorded([1.2 if f else 1.05 for f in first], [1.05 if f else 1.0 for f in first], first)
+    assert position_effect(slowed)["reference_second_over_first"] > 1.1
+    assert position_effect(Recorded([1.0], [1.0], [True])) == {"reference_second_over_first": None,
+                                                               "candidate_second_over_first": None}
+
+
 def test_conservative_speedup_rounds_toward_one():
     assert conservative_speedup(1.5, 1.4, 1.6) == 1.4
     assert conservative_speedup(1.257, 1.2561, 1.27) == 1.25

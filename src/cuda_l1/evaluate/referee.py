@@ -280,12 +280,11 @@ class Referee:
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
-        timed_since = None
+        timed_since, order = None, None
         while True:
             with self.phase("inputs"):
                 pristine = self._fresh_inputs(max(plan.values()))
-            order = [env.ref, self.cand]
-            self.rng.shuffle(order)
+            order = timing.window_order([env.ref, self.cand], order if rounds % 2 else None, self.rng)
             first = rounds == 0
             signals = first  # informational, and it costs a snapshot inside the window: untimed round only
             for side in order:

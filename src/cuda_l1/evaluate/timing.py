@@ -99,6 +99,33 @@ def done(rounds: int, est: Estimate | None, elapsed_s: float, *, min_rounds: int
                        target_width=target_width, thresholds=thresholds, margin=margin) is not None
 
 
+def window_order(sides: list, previous: list | None, rng) -> list:
+    """The order of the two sides' windows in a round: at random in the first round of each pair,
+    and the reverse of it in the second (previous = the first round's order). Each order then comes
+    up equally often within one or two rounds, so neither order class is too small to be taken
+    alone (speedup_stats.order_classes), and which side goes first still cannot be predicted across
+    pairs."""
+    if previous is not None:
+        return list(reversed(previous))
+    order = list(sides)
+    rng.shuffle(order)
+    return order
+
+
+def position_effect(rounds: "Recorded") -> dict:
+    """Each side's median per-call time when its window came second in the round over when it came
+    first. An honest pair of sides shows about the same ratio on both; a reference that is slower
+    only right after the candidate's window shows here, for an audit."""
+    def ratio(samples: list[float], second: list[bool]) -> float | None:
+        late = [x for x, s in zip(samples, second) if s]
+        early = [x for x, s in zip(samples, second) if not s]
+        return float(f"{statistics.median(late) / statistics.median(early):.4g}") if late and early else None
+
+    cand_second = [not c for c in rounds.candidate_first]
+    return {"reference_second_over_first": ratio(rounds.reference_ms, rounds.candidate_first),
+            "candidate_second_over_first": ratio(rounds.candidate_ms, cand_second)}
+
+
 def summary(samples: list[float]) -> dict:
     return summarize(samples).to_dict()
 
@@ -131,6 +158,7 @@ def report(rounds: Recorded, calls_per_window: dict, overhead_s: float, last_idl
         "ci_level": 0.95,
         "device_probe_idle_us": probe_idle_s * 1e6,
         "phases_s": {k: round(v, 3) for k, v in phases_s.items()},
+        "position_effect": position_effect(rounds),
         "samples": {"reference_ms": [float(f"{x:.5g}") for x in rounds.reference_ms],
                     "candidate_ms": [float(f"{x:.5g}") for x in rounds.candidate_ms],
                     "candidate_first": list(rounds.candidate_first)},
