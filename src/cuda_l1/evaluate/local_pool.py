@@ -63,6 +63,10 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
     start: dict | None = {"process": time.time()}
+    if config.sandbox.fork_server:  # its own torch import overlaps the worker's (and the probe's, later)
+        from cuda_l1.evaluate.fork_server import shared
+
+        shared()
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.lookahead import lookahead_of
     from cuda_l1.evaluate.task_env import prime_supply

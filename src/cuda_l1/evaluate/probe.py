@@ -55,16 +55,41 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
             if plan.uid is not None:
                 os.chown(scratch, plan.uid, plan.uid)
             levels = SOCKET_LEVELS if plan.seccomp else ("any",)
-            for which, sockets in [(which, sockets) for which in sets for sockets in levels]:
-                trial = dataclasses.replace(plan, namespaces=which, sockets=sockets, scratch=scratch)
-                if _probe(device, trial, scratch):
-                    chosen = (which, sockets)
+            for which in sets:
+                works = _trials(device, [dataclasses.replace(plan, namespaces=which, sockets=sockets)
+                                         for sockets in levels], scratch)
+                if any(works):
+                    chosen = (which, levels[works.index(True)])
                     break
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             PROBE_SECONDS[device] = PROBE_SECONDS.get(device, 0.0) + time.perf_counter() - started
         _PLANS[key] = chosen
     return _PLANS[key]
+
+
+def _trials(device: str, plans: list[ConfinePlan], scratch: str) -> list[bool]:
+    """Whether each plan works. On CUDA all of them at once (a trial is a fresh interpreter that
+    imports torch and creates a device context, about 5 s on an H200 host, and the socket levels of
+    one namespace set usually need two of them); on a CPU one at a time, strongest first, stopping
+    at the first that works (a trial is cheaper there, and a small host has few cores to spare)."""
+    def run(i: int, trial: ConfinePlan) -> bool:
+        own = tempfile.mkdtemp(prefix=f"trial{i}-", dir=scratch)
+        if trial.uid is not None:
+            os.chown(own, trial.uid, trial.uid)
+        return _probe(device, dataclasses.replace(trial, scratch=own), own)
+
+    if not device.startswith("cuda") or len(plans) == 1:
+        works = []
+        for i, trial in enumerate(plans):
+            works.append(run(i, trial))
+            if works[-1]:
+                break
+        return works + [False] * (len(plans) - len(works))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(plans), thread_name_prefix="cuda-l1-probe") as pool:
+        return list(pool.map(run, range(len(plans)), plans))
 
 
 def _probe(device: str, plan: ConfinePlan, scratch: str) -> bool:
