@@ -598,7 +598,8 @@ def test_optimize_builtin_on_the_gpu_against_a_scripted_model(tmp_path):
     """`cuda-l1 optimize builtin --base-url ... --model ...` on the GPU: every task gets its budget,
     cheats are refused, a report is written. With $CUDA_L1_RESULTS_DIR set, the run's summary, the
     command, GPU, versions, date and wall time go to optimize_builtin_gpu.json there.
-    $CUDA_L1_OPTIMIZE_LEVELS (say "1") narrows the suite to those levels."""
+    $CUDA_L1_OPTIMIZE_LEVELS (say "1") narrows the suite to those levels, $CUDA_L1_OPTIMIZE_STRATEGIES
+    (say "eager") the offline strategies run beside the model."""
     import torch
 
     from cuda_l1.tasks import load_builtin
@@ -614,8 +615,9 @@ def test_optimize_builtin_on_the_gpu_against_a_scripted_model(tmp_path):
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with ChatServer(responder=script) as server, open(log_path, "w") as log:
-        args = cli("builtin", "--base-url", server.base_url, "--model", MODEL, "--budget", "3",
-                   "--strategies", "eager,compile,cudagraph", "--device", "cuda", "--out", str(out), "--json",
+        base_url = server.base_url  # for the record, after the server is gone
+        args = cli("builtin", "--base-url", base_url, "--model", MODEL, "--budget", "3",
+                   "--strategies", os.environ.get("CUDA_L1_OPTIMIZE_STRATEGIES", "eager,compile,cudagraph"), "--device", "cuda", "--out", str(out), "--json",
                    *(["--levels", levels] if levels else []))
         done = subprocess.run(args, env=cli_env(), stdout=subprocess.PIPE, stderr=log, text=True, timeout=3500)
     wall = time.monotonic() - started
@@ -634,7 +636,7 @@ def test_optimize_builtin_on_the_gpu_against_a_scripted_model(tmp_path):
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         record = {
             "test": "test_optimize_builtin_on_the_gpu_against_a_scripted_model",
-            "command": " ".join(args[1:]).replace(server.base_url, "http://127.0.0.1:PORT/v1"),
+            "command": " ".join(args[1:]).replace(base_url, "http://127.0.0.1:PORT/v1"),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "gpu": torch.cuda.get_device_name(0),
             "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_l1": cuda_l1.__version__},

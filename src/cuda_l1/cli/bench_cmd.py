@@ -89,7 +89,7 @@ def bench_command(
         check_references(noise_tasks, target)
         noise_check(noise_tasks, config, target, out, quiet=as_json)
     result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,
-                       cluster=cluster, workers=workers, tasks_source=tasks, progress=not as_json, limit=limit)
+                       cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit)
     summary = load_summary(out)
     if as_json:
         print_json({**result, "summary": {"overall": summary["overall"], "levels": summary.get("levels", {}),
@@ -127,7 +127,7 @@ def audit_command(
     target = parse_device(device, cluster)
     config = eval_config(target, tolerance, quick, timeout=timeout)
     result = run_audit(solutions, str(out), device=target, config=config, cluster=cluster, workers=workers,
-                       hold_fraction=hold, progress=not as_json)
+                       hold_fraction=hold, progress=True)
     if as_json:
         print_json(result)
         return

@@ -124,7 +124,7 @@ def optimize_command(
         noise_check(tasks, evaluation, target, out, quiet=as_json)
     result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,
                           device=target, levels=level_set, cluster=cluster, workers=workers,
-                          progress=not as_json, tasks=selectors)
+                          progress=True, tasks=selectors)  # progress goes to stderr: --json output stays clean
     if as_json:
         print_json({**result, "noise": load_summary(out).get("noise")})
     else:

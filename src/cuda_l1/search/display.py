@@ -22,7 +22,7 @@ def _speedup(value: float | None) -> str:
 
 
 class Display:
-    """Progress of the optimisation loop on stderr (nothing when disabled: JSON output, tests)."""
+    """Progress of the optimisation loop on stderr (nothing when disabled: tests)."""
 
     def __init__(self, states: Sequence, enabled: bool, title: str = "optimizing", stream: TextIO | None = None):
         self.states = states  # TaskState objects, read when drawing
