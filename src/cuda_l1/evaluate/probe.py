@@ -77,7 +77,10 @@ def _trials(device: str, plans: list[ConfinePlan], scratch: str) -> list[bool]:
         own = tempfile.mkdtemp(prefix=f"trial{i}-", dir=scratch)
         if trial.uid is not None:
             os.chown(own, trial.uid, trial.uid)
-        return _probe(device, dataclasses.replace(trial, scratch=own), own)
+        try:
+            return _probe(device, dataclasses.replace(trial, scratch=own), own)
+        except Exception:  # noqa: BLE001 - a trial that cannot even start is a plan that does not work
+            return False
 
     if not device.startswith("cuda") or len(plans) == 1:
         works = []

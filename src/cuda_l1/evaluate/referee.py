@@ -284,7 +284,8 @@ class Referee:
         while True:
             with self.phase("inputs"):
                 pristine = self._fresh_inputs(max(plan.values()))
-            order = timing.window_order([env.ref, self.cand], order if rounds % 2 else None, self.rng)
+            pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own
+            order = timing.window_order([env.ref, self.cand], order if pair % 2 else None, self.rng)
             first = rounds == 0
             signals = first  # informational, and it costs a snapshot inside the window: untimed round only
             for side in order:

@@ -101,10 +101,11 @@ def done(rounds: int, est: Estimate | None, elapsed_s: float, *, min_rounds: int
 
 def window_order(sides: list, previous: list | None, rng) -> list:
     """The order of the two sides' windows in a round: at random in the first round of each pair,
-    and the reverse of it in the second (previous = the first round's order). Each order then comes
-    up equally often within one or two rounds, so neither order class is too small to be taken
-    alone (speedup_stats.order_classes), and which side goes first still cannot be predicted across
-    pairs."""
+    and the reverse of it in the second (previous = the first round's order). The recorded rounds
+    start a pair of their own (referee.measure), so each order comes up equally often within one
+    round and neither order class is too small to be taken alone (speedup_stats.order_classes). A
+    candidate that counts its windows knows its place in the second round of a pair; that gains it
+    nothing, since the estimate cancels an effect of position that multiplies both sides alike."""
     if previous is not None:
         return list(reversed(previous))
     order = list(sides)
