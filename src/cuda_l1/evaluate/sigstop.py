@@ -64,29 +64,33 @@ def cpu_ticks(pids: list[int]) -> int:
 
 def stop_tree(root: int, stopped: set[int], timeout: float) -> bool:
     """SIGSTOP every process of the tree (adding them to `stopped`) and wait until each of their
-    threads is stopped; False if one would not stop in time."""
-    for _ in range(50):  # a process that forks while being stopped shows up on the next pass
+    threads is stopped; False if one would not stop in time. The tree is listed again once all of
+    it is stopped: a fork in flight when its parent got the signal completes before the parent
+    stops, so its child shows up only then (a side still starting forks its namespace's init so:
+    listed before, that child ran on through the freeze), and is stopped in its turn. A stopped
+    tree cannot grow, so a listing that finds nothing new after the wait is complete."""
+    deadline = time.monotonic() + timeout
+    for _ in range(50):
         new = [p for p in process_tree(root) if p not in stopped]
         if not new:
-            break
+            return True
         for pid in new:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
         stopped.update(new)
-    deadline = time.monotonic() + timeout
-    for pid in list(stopped):
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # gone already
-        for task in tasks:
-            while _task_state(pid, task) not in "TtZX":
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.00002)
-    return True
+        for pid in new:
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue  # gone already
+            for task in tasks:
+                while _task_state(pid, task) not in "TtZX":
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(0.00002)
+    return False  # still growing after 50 passes: not a tree that can be stopped
 
 
 def resume(pids: set[int]) -> None:
