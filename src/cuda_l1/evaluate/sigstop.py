@@ -1,10 +1,12 @@
 """Stopping a process tree without a cgroup: SIGSTOP to every process, and the checks behind it.
 
-The fallback where no cgroup v2 can be made (cgroup.py). Its weakness is a race: a fork in flight
-while the tree is listed links its child only at the end, after the listing, and that child runs on.
-Two checks catch what such a child leaves behind: the tree must not have grown, nor used CPU time,
-while stopped; and, in a PID namespace with its own /proc, the namespace's last pid must not have
-moved (a child that ran and exited before the check still took a pid).
+The fallback where no cgroup v2 can be made (cgroup.py), and how a side still starting is stopped
+before it joins its cgroup. A fork in flight when its parent is signalled completes before the
+parent stops, and its child is linked only then: the tree is listed again once all of it is
+stopped, until a listing finds nothing new. What no listing sees, a child that ran and exited in
+between, two checks catch: the tree must not have grown, nor used CPU time, while stopped; and, in
+a PID namespace with its own /proc, the namespace's last pid must not have moved (a child that ran
+and exited before the check still took a pid).
 """
 
 from __future__ import annotations
