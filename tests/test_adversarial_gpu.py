@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 GPU_CASES = {c.name: c for c in cases("gpu")}
 # CPU-only by construction: a C++ loop over host pointers; a lie about a host address (CUDA outputs are
 # described by IPC handles, and the GPU corpus lies about those).
-CPU_ON_GPU = {c.name: c for c in cases("cpu") if c.name not in ("cpp_extension", "lying_address")}
+CPU_ON_GPU = {c.name: c for c in cases("cpu") if c.name not in ("cpp_extension", "lazy_cpp_extension", "lying_address")}
 _evaluators: dict[str, Evaluator] = {}
 
 

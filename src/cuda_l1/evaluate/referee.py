@@ -19,10 +19,11 @@ from cuda_l1.evaluate import output_checks, timing, verify
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
-from cuda_l1.evaluate.protocol import Mapped, Ran, Run, Setup
+from cuda_l1.evaluate.protocol import BuildRequest, Mapped, Run, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
-from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
+from cuda_l1.evaluate.sides import (ReferenceFailure, Side, as_ran, changed_inputs, load_side, mapped_inputs,
+                                    serve_build, side_estimate)
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
@@ -56,16 +57,16 @@ class Referee:
 
     # -- bookkeeping ------------------------------------------------------------------------------------
     def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
-        previous = self.checks.get(name)
-        if previous is not None and previous.passed is False:
+        if getattr(self.checks.get(name), "passed", None) is False:
             return  # the first failure of a check is the informative one
         self.checks[name] = Check(name, passed, detail, blocking)
 
     def _fail(self, name: str, status: str, reason: str) -> None:
-        self._check(name, False, reason)
-        self.reasons.append(reason)
-        if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
-            self.status = status
+        self._check(name, False, reason, blocking=status != verify.NOTE)  # a note is reported, not deciding
+        if status != verify.NOTE:
+            self.reasons.append(reason)
+            if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
+                self.status = status
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -118,13 +119,10 @@ class Referee:
         comes before the write, and inputs may be found in the cache (alike for both sides)."""
         count = len(slots) if written is None else written
         gpu = self.config.device.startswith("cuda")
-        with self.env.supply.stopped(settle=lambda: self._settle_device(timeout)):
+        # Settled first: the device done with what stopped spares and background sides left on it (a
+        # TimeoutError lets the supply end the sides that keep it busy: side_supply.py).
+        with self.env.supply.stopped(settle=lambda: self.env.quiet.wait_idle(min(timeout, 5.0))):
             self._timed_window(side, slots, timeout, signals, inputs, count, gpu)
-
-    def _settle_device(self, timeout: float) -> None:
-        """Wait until work the stopped spares and background sides left on the device is done; a
-        TimeoutError lets the supply end the background sides that keep it busy (side_supply.py)."""
-        self.env.quiet.wait_idle(min(timeout, 5.0))
 
     def _timed_window(self, side: Side, slots: list[int], timeout: float, signals: bool,
                       inputs: RoundInputs | None, count: int, gpu: bool) -> None:
@@ -143,7 +141,11 @@ class Referee:
         proc.thaw()
         t_sent = time.perf_counter()
         proc.send(Run(slots, signals))
-        reply = proc.recv_frame(min(timeout, self.remaining()))
+        reply, msg = proc.recv_frame(min(timeout, self.remaining())), None
+        # A load_inline in the first forward is served as in a load (only the first window: not recorded).
+        while signals and isinstance(msg := proc.decode(reply), BuildRequest):
+            serve_build(proc, msg, self.env.build, self.builds, self.remaining())
+            reply = proc.recv_frame(min(timeout, self.remaining()))
         t_reply = time.perf_counter()
         proc.freeze()
         t_frozen = time.perf_counter()
@@ -154,7 +156,7 @@ class Referee:
         t_end = time.perf_counter()
         # Checking the reply is the parent's work, after the window: it costs about 7 us a call
         # described, and a candidate's descriptions (with IPC handles) are longer than the reference's.
-        ran = proc.decode(reply, Ran)
+        ran = as_ran(proc, msg if signals else proc.decode(reply))
         side.ran = ran
         side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
 

@@ -65,29 +65,52 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
             confined = True
             proc.notes = dict(msg.sandbox)
         elif isinstance(msg, BuildRequest) and confined:
-            started, left = time.monotonic(), deadline - time.monotonic()
-            if left <= 1.0:
-                with hold:
-                    proc.kill("timed out")
-                raise ChildFailure(TIMEOUT, f"the module's extension builds took longer than its limit of {timeout_s:.0f} s")
-            if len(builds) >= MAX_BUILDS:
-                reply = {"ok": False, "log": f"more than {MAX_BUILDS} extension builds for one module"}
-            elif build is None:
-                reply = {"ok": False, "log": "no builder"}
-            else:
-                reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left)  # a compiler: no gate
-            with hold:
-                if reply.get("ok") and reply.get("so_path"):
-                    reply = dict(reply, so_path=give_file(proc, reply["so_path"]))
-                builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"),
-                               "seconds": round(time.monotonic() - started, 3)})
-                proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
+            serve_build(proc, msg, build, builds, deadline - time.monotonic(), hold)
         elif isinstance(msg, Loaded) and confined:
             return msg, builds
         else:
             with hold:
                 proc.kill("broke the protocol")
             raise ChildFailure(REJECTED, f"unexpected message {type(msg).__name__} while loading")
+
+
+def serve_build(proc: SideProcess, msg: BuildRequest, build: Callable | None, builds: list[dict], left_s: float,
+                hold=None) -> None:
+    """Build what the side asked for with the parent's trusted build layer (at most MAX_BUILDS for a
+    module, whether asked while loading or, with a lazy `load_inline` in forward, during a window)
+    and give it the result; `builds` gets a record of it. `hold`: the gate held for every step but
+    the build itself."""
+    hold = hold if hold is not None else contextlib.nullcontext()
+    started = time.monotonic()
+    if left_s <= 1.0:
+        with hold:
+            proc.kill("timed out")
+        raise ChildFailure(TIMEOUT, "the module's extension builds took longer than its time allowed")
+    if len(builds) >= MAX_BUILDS:
+        reply = {"ok": False, "log": f"more than {MAX_BUILDS} extension builds for one module"}
+    elif build is None:
+        reply = {"ok": False, "log": "no builder"}
+    else:
+        reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left_s)  # a compiler: no gate
+    with hold:
+        if reply.get("ok") and reply.get("so_path"):
+            reply = dict(reply, so_path=give_file(proc, reply["so_path"]))
+        builds.append({"ok": reply.get("ok"), "cached": reply.get("cached"),
+                       "seconds": round(time.monotonic() - started, 3)})
+        proc.send(BuildReply(**{k: v for k, v in reply.items() if k in BuildReply.__dataclass_fields__ and v is not None}))
+
+
+def as_ran(proc: SideProcess, msg) -> Ran:
+    """A window's reply, which must be a Ran: a build asked for after the first window is the
+    module's error (serve_build serves the first window's), any other message breaks the protocol."""
+    if isinstance(msg, BuildRequest):
+        proc.kill("asked for a build after its first window")
+        raise ChildFailure(RUNTIME_ERROR, "the module asked for an extension build after its first call "
+                           "(build in __init__ or in the first call)")
+    if not isinstance(msg, Ran):
+        proc.kill("broke the protocol")
+        raise ChildFailure(REJECTED, f"the side answered {type(msg).__name__} where Ran was due")
+    return msg
 
 
 def _next_message(proc: SideProcess, deadline: float, gate):
