@@ -8,6 +8,10 @@ round's per-call times and which side went first are written out with the verdic
 Ablations that each remove one difference between the sides: --fresh-reference (both processes
 equally new), --cpu-core (both on one core), --no-prewarm, --checked-calls 1 (on a GPU the reference's
 side compares the candidate's outputs between windows: this makes that work an eighth as large).
+Diagnostics that change the referee here only (never a policy): --release-each-round (the reference's
+side closes the candidate's IPC handles after every verification), --gap-ms N (a pause after every
+verification), --busy-ms N (the parent keeps the GPU busy with a trusted matmul loop that long after
+every verification), --no-verify (no verification at all: does the bias come from it?).
 """
 
 from __future__ import annotations
@@ -40,6 +44,42 @@ def _ratio_by_order(samples: dict) -> dict:
     return out
 
 
+def _diagnostics(args) -> None:
+    """Changes to the referee for this script's run only (see the module's help)."""
+    from cuda_l1.evaluate.protocol import Mapped, Release
+    from cuda_l1.evaluate.referee import Referee
+
+    verify = Referee.verify_round
+
+    def verify_round(self, round_no):
+        if args.no_verify:
+            self.previous_calls = list(self.cand.ran.calls)
+        else:
+            verify(self, round_no)
+        if args.release_each_round and self.config.device.startswith("cuda"):
+            ref = self.env.ref.proc
+            ref.thaw()
+            try:
+                ref.request(Release(), self.config.call_timeout_s, Mapped)
+            finally:
+                ref.freeze()
+        if args.gap_ms:
+            time.sleep(args.gap_ms / 1000)
+        if args.busy_ms and self.config.device.startswith("cuda"):
+            import torch
+
+            if not busy:
+                busy.append(torch.randn(2048, 2048, device=self.config.device))
+            end = time.perf_counter() + args.busy_ms / 1000
+            while time.perf_counter() < end:
+                busy[0] @ busy[0]
+                torch.cuda.synchronize(self.config.device)
+
+    busy = []  # the trusted workload's operand, made once
+    if args.no_verify or args.release_each_round or args.gap_ms or args.busy_ms:
+        Referee.verify_round = verify_round
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -54,7 +94,14 @@ def main() -> None:
     parser.add_argument("--fresh-reference", action="store_true",
                         help="a new reference side for every evaluation (both sides equally fresh)")
     parser.add_argument("--checked-calls", type=int, default=None, help="calls compared after each window (default 8)")
+    parser.add_argument("--release-each-round", action="store_true",
+                        help="diagnostic: the reference's side closes the candidate's handles after every verification")
+    parser.add_argument("--gap-ms", type=float, default=0.0, help="diagnostic: pause this long after every verification")
+    parser.add_argument("--busy-ms", type=float, default=0.0,
+                        help="diagnostic: keep the GPU busy (the parent's matmuls) this long after every verification")
+    parser.add_argument("--no-verify", action="store_true", help="diagnostic: skip verification (outputs unchecked)")
     args = parser.parse_args()
+    _diagnostics(args)
     wanted = [t for t in args.tasks.split(",") if t and not t.endswith(".py")]
     files = [t for t in args.tasks.split(",") if t.endswith(".py")]
     tasks = [t for t in load_tasks(f"builtin:{args.sizes}" if args.sizes else for_device("builtin", args.device))
