@@ -121,6 +121,63 @@ def test_precision_nan_and_inf_placement():
     assert not compare(torch.tensor([float("nan"), float("nan"), float("inf")]), ref, oracle, ToleranceConfig()).ok
 
 
+
+def _specials_cases():
+    """Outputs with and without NaN/Inf, close and far, real and complex, for the fast paths."""
+    gen = torch.Generator().manual_seed(7)
+    out = []
+    for dtype in (torch.float32, torch.bfloat16, torch.complex64):
+        base = torch.randn(4096, generator=gen).to(dtype) if not dtype.is_complex else torch.randn(4096, dtype=dtype, generator=gen)
+        for variant in ("same", "close", "far", "nan_both", "nan_cand", "inf_both", "inf_cand"):
+            ref = base.clone()
+            cand = base.clone()
+            if variant == "close":
+                cand = (cand.to(torch.complex128 if dtype.is_complex else torch.float64) * (1 + 1e-7)).to(dtype)
+            elif variant == "far":
+                cand[17] += 0.5
+            elif variant == "nan_both":
+                ref[5], cand[5] = float("nan"), float("nan")
+            elif variant == "nan_cand":
+                cand[9] = float("nan")
+            elif variant == "inf_both":
+                ref[3], cand[3] = float("inf"), float("inf")
+            elif variant == "inf_cand":
+                cand[3] = float("inf")
+            out.append((f"{dtype}-{variant}", cand, ref))
+    return out
+
+
+@pytest.mark.parametrize("name,cand,ref", _specials_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_precision_fast_path_agrees_with_the_masked_path(name, cand, ref, monkeypatch):
+    """compare() reads three maxima in one synchronisation when every value is finite; with the fast
+    path switched off (the masked path for every chunk) every result is the same."""
+    from cuda_l1.evaluate import precision
+
+    oracle = ref.to(torch.complex128 if ref.is_complex() else torch.float64)
+    fast = compare(cand, ref, oracle, ToleranceConfig())
+    monkeypatch.setattr(precision, "_finite_errors", lambda *a: None)
+    slow = compare(cand, ref, oracle, ToleranceConfig())
+    assert (fast.ok, fast.detail, fast.candidate_error, fast.allowed_error) == (slow.ok, slow.detail, slow.candidate_error, slow.allowed_error)
+
+
+@pytest.mark.parametrize("name,cand,ref", _specials_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_full_comparison_fast_path_agrees_with_the_masked_path(name, cand, ref):
+    """verify._beyond returns at once when the largest difference is within the bound (nothing NaN);
+    otherwise it applies the NaN-matching rules: the same answer as those rules applied always."""
+    from cuda_l1.evaluate.verify import _beyond
+
+    def masked(got, expect, bound):
+        wide = torch.complex128 if got.is_complex() or expect.is_complex() else torch.float64
+        got, expect = got.to(wide), expect.to(wide)
+        diff = (got - expect).abs()
+        diff[torch.isnan(diff) & (torch.isnan(got) & torch.isnan(expect) | (got == expect))] = 0.0
+        if torch.isnan(diff).any() or (diff > bound).any():
+            return float(torch.nan_to_num(diff, nan=float("inf")).max())
+        return None
+
+    for bound in (0.0, 1e-6, 1e-2, 1.0):
+        assert _beyond(cand, ref, bound) == masked(cand, ref, bound), (name, bound)
+
 def test_precision_integers_exact():
     ref = torch.tensor([1, 2, 3])
     assert compare(ref.clone(), ref, None, ToleranceConfig()).ok

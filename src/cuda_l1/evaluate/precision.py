@@ -99,6 +99,13 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
         if narrow:
             rounded = o.to(ref.dtype).to(wide)
             o = torch.where(torch.isfinite(rounded), rounded, o)  # beyond the dtype's range: as is
+        # All finite (nearly always): the same three maxima without masks, read in one synchronisation
+        # (on a GPU each read is one; a chunk cost about ten before, most of a verification's time).
+        errors = _finite_errors(c, o, r)
+        if errors is not None:
+            any_finite = True
+            cand_err, ref_err, scale = max(cand_err, errors[0]), max(ref_err, errors[1]), max(scale, errors[2])
+            continue
         sc = _specials(c)
         if not (torch.equal(sc, _specials(o)) or torch.equal(sc, _specials(r))):
             specials_ok, bad_specials = False, bad_specials + int((~torch.isfinite(c)).sum())
@@ -130,6 +137,15 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
         f"(reference's own error {ref_err:.3g}, |output| up to {scale:.3g})"
     )
     return Comparison(ok, detail, cand_err, allowed, ref_err)
+
+
+def _finite_errors(c: torch.Tensor, o: torch.Tensor, r: torch.Tensor) -> tuple[float, float, float] | None:
+    """(max |c - o|, max |r - o|, max |o|) when every value of the three is finite, else None."""
+    finite = torch.isfinite(c).all() & torch.isfinite(o).all() & torch.isfinite(r).all()
+    real = torch.float64
+    stats = torch.stack([finite.to(real), (c - o).abs().amax().to(real), (r - o).abs().amax().to(real),
+                         o.abs().amax().to(real)]).tolist()
+    return (stats[1], stats[2], stats[3]) if stats[0] else None
 
 
 def floor_epsilons(dtype: torch.dtype, config: ToleranceConfig) -> float:
