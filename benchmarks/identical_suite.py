@@ -11,6 +11,7 @@ evaluation) with the environment.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -39,12 +40,16 @@ def main() -> None:
                         help="built-in suite sizes (default: gpu on a CUDA device, cpu otherwise)")
     parser.add_argument("--levels", default=None, help="only these levels, e.g. 1,2")
     parser.add_argument("--repeats", type=int, default=1, help="evaluations per task (each in a fresh child)")
+    parser.add_argument("--settle-ms", type=float, default=None, help="TimingConfig.settle_s, in ms (default: its default)")
     args = parser.parse_args()
 
     rows = []
     started = time.time()
     for task in load_tasks(builtin_source(args), levels=parse_levels(args.levels)):
-        evaluator = Evaluator(task, EvalConfig(device=args.device))
+        config = EvalConfig(device=args.device)
+        if args.settle_ms is not None:
+            config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, settle_s=args.settle_ms / 1000))
+        evaluator = Evaluator(task, config)
         source = task.source.replace("class Model(", "class ModelNew(")
         try:
             for repeat in range(args.repeats):

@@ -75,6 +75,16 @@ def test_verdicts_with_and_without_early_stops_are_filed_apart():
     assert len(keys) == 3 and base.config_key() in keys
 
 
+def test_verdicts_measured_with_a_settle_pause_are_filed_apart_and_the_pause_is_bounded():
+    from cuda_l1.errors import UserError
+
+    base = EvalConfig(device="cpu")
+    settled = EvalConfig(device="cpu", timing=dataclasses.replace(base.timing, settle_s=0.02))
+    assert settled.config_key() != base.config_key() and "settle=0.02" in settled.config_key()
+    with pytest.raises(UserError, match="settle_s"):
+        EvalConfig(device="cpu", timing=dataclasses.replace(base.timing, settle_s=5.0))
+
+
 def test_the_time_cap_never_ends_timing_before_min_rounds():
     """One round gives an interval of no width: a lucky one would score as a sure speedup."""
     assert timing.stop_reason(1, est(1.28, 1.28), 99.0, **CAPS) is None

@@ -313,8 +313,7 @@ class Referee:
                     self.status = RUNTIME_ERROR
                     return
                 if side.ran.signals:
-                    self._check("global_state", False, "the candidate re-bound: " + ", ".join(side.ran.signals),
-                                blocking=False)
+                    self._check("global_state", False, "the candidate re-bound: " + ", ".join(side.ran.signals), blocking=False)
                 if len(side.ran.calls) != len(slots):
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
@@ -330,6 +329,7 @@ class Referee:
             self.cand.proc.watch()
             with self.phase("verification"):
                 self.verify_round(rounds)
+                timing.settle(tc.settle_s if cfg.device.startswith("cuda") else 0.0)
             if self.status is not None:
                 return
             rounds += 1

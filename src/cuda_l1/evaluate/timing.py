@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 
 from cuda_l1.evaluate.speedup_stats import conservative_speedup, speedup_ci, summarize
@@ -36,6 +37,14 @@ def calls_for(per_call_s: float, target_s: float, max_calls: int) -> int:
     if per_call_s <= 0 or not math.isfinite(per_call_s):
         return max_calls
     return max(1, min(max_calls, int(target_s / per_call_s)))
+
+
+def settle(seconds: float) -> None:
+    """The pause after a round's verification (TimingConfig.settle_s): what the verification left on
+    the GPU, which favoured the reference's next window, fades in it (benchmarks/results,
+    2026-12-02-h200-verification-ablations)."""
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 def overhead(null_windows: list[Window]) -> float:
