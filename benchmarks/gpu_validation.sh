@@ -13,6 +13,11 @@
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
 #   ablations   where identical code's bias comes from: a launch-bound and a memory-bound task, each
 #               as is and with one difference between the sides removed (identical_rounds.py)
+#   audit       `cuda-l1 audit` of AUDIT_SOLUTIONS (default .data/cuda-l1/h100.jsonl) into runs/audit, then
+#               that run directory archived as OUT/audit-run.tgz even when the limit stopped it (reruns
+#               resume from it: unpack it into runs/audit and carry it to the next run)
+#   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
+#               strategies), archived the same way as OUT/kb-run.tgz
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
 set -u
 out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
@@ -68,7 +73,13 @@ for s in "${steps[@]}"; do
     cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
         --quick --out "$out/cpu-corpus.jsonl" ;;
     identical) step identical "${IDENTICAL_S:-400}" "$py" benchmarks/identical_suite.py --device cuda \
-        --out "$out/identical-gpu.json" ;;
+        --out "$out/identical-gpu.json" ${IDENTICAL_ARGS:-} ;;
+    audit) step audit "${AUDIT_S:-400}" "$py" -m cuda_l1 audit "${AUDIT_SOLUTIONS:-.data/cuda-l1/h100.jsonl}" \
+        --out runs/audit --device cuda
+      tar czf "$out/audit-run.tgz" runs/audit ;;
+    kb-bench) step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
+        --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph}
+      tar czf "$out/kb-run.tgz" runs/kb ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
         --out "$out/throughput.json" ;;
     sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;
