@@ -333,7 +333,7 @@ def get_init_inputs():
     assert _output_bytes(load_task_module(Task(name="item", level=1, source=bad))) is None  # not on meta: unknown
 
 
-def test_packed_inputs_fill_a_buffer_in_one_copy_and_show_any_write_to_it():
+def test_packed_inputs_fill_a_buffer_in_one_copy_and_show_any_write_to_it(monkeypatch):
     """InputSource.pack lays a round's slots out as a side's buffer holds them (used on CUDA, where
     a copy and a comparison per input cost a launch and a synchronisation each)."""
     from cuda_l1.evaluate.slots import InputSource, RoundInputs, SlotBuffer
@@ -360,7 +360,16 @@ def get_init_inputs():
     module = load_task_module(Task(name="pack", level=1, source=source))
     src = InputSource(module, "cpu", "pack")
     generated = [src.generate(seed) for seed in (1, 2, 3)]
+    real_empty = torch.empty  # fresh memory full of old bytes, as a reused device allocation may be
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(0xAB))
     packed, views = src.pack(generated)
+    monkeypatch.setattr(torch, "empty", real_empty)
+    rows = packed.view(3, src.slot_bytes)
+    covered = torch.zeros(src.slot_bytes, dtype=torch.bool)
+    for spec, sample in zip(src.slot_specs, src.sample):
+        if spec.kind == "tensor":
+            covered[spec.offset:spec.offset + sample.numel() * sample.element_size()] = True
+    assert bool((rows[:, ~covered] == 0).all())  # padding is zero: holds_packed compares it too
     for got, want in zip(views, generated):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[2] == 3
         assert got[0].data_ptr() != want[0].data_ptr()  # views of the packed bytes, not the originals
