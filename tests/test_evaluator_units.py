@@ -25,6 +25,38 @@ def _pair(key_a=None, key_b=None):
     return parent, child
 
 
+
+def test_a_send_to_a_peer_that_stopped_reading_times_out_instead_of_blocking():
+    """The parent's end has a send timeout: a side that never reads (a full pipe) cannot hold the
+    parent's write for good (a build flood did, past every deadline)."""
+    from cuda_l1.evaluate.channel import ChannelTimeout
+
+    a_r, b_w = os.pipe()
+    b_r, a_w = os.pipe()
+    key = new_key()
+    parent = Channel(a_r, a_w, key, is_parent=True, send_timeout=0.3)
+    started = __import__("time").monotonic()
+    with pytest.raises(ChannelTimeout):
+        for _ in range(10_000):  # ~64 KiB fill the pipe; nobody reads b_r
+            parent.send({"op": "x" * 200})
+    assert __import__("time").monotonic() - started < 5
+    child = Channel(b_r, b_w, key, is_parent=False)
+    assert child.recv(timeout=1).header["op"].startswith("x")  # what was sent whole still arrives in order
+
+
+@pytest.mark.parametrize("view,dense", [
+    (lambda t: t, True), (lambda t: t.t(), True), (lambda t: t.permute(2, 0, 1) if t.dim() == 3 else t.t(), True),
+    (lambda t: t[:, :1].expand(-1, t.shape[1]), False),  # stride 0: a broadcast
+    (lambda t: t.reshape(-1)[: t.shape[1] + 3].unfold(0, 4, 1), False),  # overlapping windows
+    (lambda t: t[:, ::2], False),  # gaps
+    (lambda t: t[:0], True),  # empty
+])
+def test_dense_layout_accepts_reorderings_and_refuses_broadcasts_overlaps_and_gaps(view, dense):
+    from cuda_l1.evaluate.verify import dense_layout
+
+    t = view(torch.zeros(6, 8))
+    assert dense_layout(list(t.shape), list(t.stride())) is dense
+
 def test_channel_round_trip_with_tensors():
     parent, child = _pair()
     t = torch.randn(3, 5).to(torch.bfloat16)

@@ -31,6 +31,9 @@ _BLOB_LEN = struct.Struct("<Q")
 _MAC_BYTES = 32
 
 
+PARENT_SEND_TIMEOUT_S = 60.0  # how long the parent waits for a side to read what it sends, then gives up on it
+
+
 class ChannelError(Exception):
     """The peer sent something that is not a valid authenticated frame (or nothing at all)."""
 
@@ -69,9 +72,15 @@ def new_key() -> bytes:
 class Channel:
     """One end of a framed, authenticated, bidirectional pipe pair."""
 
-    def __init__(self, read_fd: int, write_fd: int, key: bytes, *, is_parent: bool, max_frame_bytes: int = 1 << 32):
+    def __init__(self, read_fd: int, write_fd: int, key: bytes, *, is_parent: bool, max_frame_bytes: int = 1 << 32,
+                 send_timeout: float | None = None):
         self.read_fd = read_fd
         self.write_fd = write_fd
+        # With a send timeout the write end is non-blocking: a peer that stops reading (a full pipe)
+        # makes send() raise ChannelTimeout instead of blocking its writer for good.
+        self.send_timeout = send_timeout
+        if send_timeout is not None:
+            os.set_blocking(write_fd, False)
         self._key = key
         self._send_dir = b"P" if is_parent else b"C"
         self._recv_dir = b"C" if is_parent else b"P"
@@ -98,11 +107,18 @@ class Channel:
         parts.append(self._mac(self._send_dir, self._send_seq, head, blobs))
         self._send_seq += 1
         data = memoryview(b"".join(parts))
+        deadline = None if self.send_timeout is None else time.monotonic() + self.send_timeout
         while data:
             try:
                 written = os.write(self.write_fd, data)
             except BrokenPipeError:
                 raise ChannelClosed("the other side closed the channel") from None
+            except BlockingIOError:  # the pipe is full: wait until the peer reads, up to the deadline
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ChannelTimeout("the other side stopped reading") from None
+                select.select([], [self.write_fd], [], min(remaining, 1.0))
+                continue
             data = data[written:]
 
     # -- receiving -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from cuda_l1.evaluate import protocol, side_memory, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
-from cuda_l1.evaluate.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key, unread_bytes
+from cuda_l1.evaluate.channel import PARENT_SEND_TIMEOUT_S, Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key, unread_bytes
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
@@ -129,7 +129,7 @@ class SideProcess:
                 fh.write(str(self.proc.pid))
         key = new_key()
         os.write(p2c_w, key)
-        self.chan = Channel(c2p_r, p2c_w, key, is_parent=True)
+        self.chan = Channel(c2p_r, p2c_w, key, is_parent=True, send_timeout=PARENT_SEND_TIMEOUT_S)
         return self
 
     # -- watching from outside --------------------------------------------------------------------
@@ -255,12 +255,14 @@ class SideProcess:
     def send(self, message) -> None:
         try:
             self.chan.send(protocol.encode(message))
+        except ChannelTimeout:
+            self.kill("stopped reading")
+            raise ChildFailure("rejected", f"the side stopped reading the parent's messages for {PARENT_SEND_TIMEOUT_S:.0f} s") from None
         except (ChannelClosed, OSError):
             raise ChildFailure("runtime_error", self._death_message()) from None
 
     def recv(self, timeout: float, max_bytes: int = 64 << 20):
-        """Wait for one message, watching limits; any failure becomes a ChildFailure. Returns the
-        decoded, validated message."""
+        """One message, decoded and validated, limits watched meanwhile; any failure is a ChildFailure."""
         return self.decode(self.recv_frame(timeout, max_bytes))
 
     def recv_frame(self, timeout: float, max_bytes: int = 64 << 20) -> bytes:
@@ -362,9 +364,10 @@ class SideProcess:
             try:
                 if self.frozen:
                     self.thaw()
+                self.chan.send_timeout = 1.0  # a side that stopped reading is killed below
                 self.chan.send({"op": "bye"})
                 self.proc.wait(timeout=5)
-            except (ChannelClosed, OSError, subprocess.TimeoutExpired, ChildFailure):
+            except (ChannelError, OSError, subprocess.TimeoutExpired, ChildFailure):
                 pass
         self.kill()
         if self.chan is not None:

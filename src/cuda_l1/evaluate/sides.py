@@ -86,9 +86,11 @@ def serve_build(proc: SideProcess, msg: BuildRequest, build: Callable | None, bu
         with hold:
             proc.kill("timed out")
         raise ChildFailure(TIMEOUT, "the module's extension builds took longer than its time allowed")
-    if len(builds) >= MAX_BUILDS:
-        reply = {"ok": False, "log": f"more than {MAX_BUILDS} extension builds for one module"}
-    elif build is None:
+    if len(builds) >= MAX_BUILDS:  # answering every further request would let a module flood the parent
+        with hold:
+            proc.kill("asked for too many builds")
+        raise ChildFailure(RUNTIME_ERROR, f"the module asked for more than {MAX_BUILDS} extension builds")
+    if build is None:
         reply = {"ok": False, "log": "no builder"}
     else:
         reply = build({"args": msg.args, "kwargs": msg.kwargs}, timeout_s=left_s)  # a compiler: no gate

@@ -56,10 +56,27 @@ def describe_mismatch(cand: CallOutputs, ref: CallOutputs) -> list[Finding]:
         elif c.device.split(":")[0] != r.device.split(":")[0]:
             found.append(Finding("device", INCORRECT, f"{where} is on {c.device}, the reference on {r.device}"))
         elif [s for s, n in zip(c.stride, c.shape) if n > 1] != [s for s, n in zip(r.stride, r.shape) if n > 1]:
-            # Values are read and compared by logical position, whatever the layout; another layout (a
-            # transposed result, say) is what KernelBench accepts too: reported, not deciding.
-            found.append(Finding("strides", NOTE, f"{where} has strides {c.stride}, the reference {r.stride}"))
+            # Values are read and compared by logical position, whatever the layout: another order of a
+            # dense layout (a transposed result) is reported, not deciding. A broadcast or overlapping
+            # view is not: it holds fewer values than the output has, so less work was done to write it.
+            dense = dense_layout(c.shape, c.stride)
+            found.append(Finding("strides", NOTE if dense else INCORRECT, f"{where} has strides {c.stride}, the "
+                                 f"reference {r.stride}" + ("" if dense else " (a broadcast or overlapping view)")))
     return found
+
+
+def dense_layout(shape: list[int], stride: list[int]) -> bool:
+    """Whether a layout is some order of a dense, non-overlapping one: each dimension's stride, taken
+    from the smallest, is the product of the sizes before it (no stride 0, no two dimensions sharing
+    memory, no gaps)."""
+    if any(n == 0 for n in shape):
+        return True  # no elements, no memory
+    expected = 1
+    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n > 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
 
 
 def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
