@@ -15,15 +15,14 @@ import random
 import secrets
 import time
 
-from cuda_l1.evaluate import output_checks, timing, verify
+from cuda_l1.evaluate import output_checks, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
-from cuda_l1.evaluate.protocol import BuildRequest, Mapped, Run, Setup
+from cuda_l1.evaluate.protocol import Mapped, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
-from cuda_l1.evaluate.sides import (ReferenceFailure, Side, as_ran, changed_inputs, load_side, mapped_inputs,
-                                    serve_build, side_estimate)
+from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
@@ -112,61 +111,9 @@ class Referee:
 
     def _window(self, side: Side, slots: list[int], timeout: float, signals: bool = False,
                 inputs: RoundInputs | None = None, written: int | None = None) -> None:
-        """One window of `side`: its inputs written into its buffer, caches flushed, the side resumed,
-        its calls run, the side stopped and the device idle again, on the parent's clock. On a GPU the
-        inputs are written inside the window, so that nothing a side left waiting for them (a stream
-        blocked on a word of its buffer, say) can run anywhere but in its own window; the flush then
-        comes before the write, and inputs may be found in the cache (alike for both sides)."""
-        count = len(slots) if written is None else written
-        gpu = self.config.device.startswith("cuda")
-        # Settled first: the device done with what stopped spares and background sides left on it (a
-        # TimeoutError lets the supply end the sides that keep it busy: side_supply.py).
-        with self.env.supply.stopped(settle=lambda: self.env.quiet.wait_idle(min(timeout, 5.0))):
-            self._timed_window(side, slots, timeout, signals, inputs, count, gpu)
-
-    def _timed_window(self, side: Side, slots: list[int], timeout: float, signals: bool,
-                      inputs: RoundInputs | None, count: int, gpu: bool) -> None:
-        proc, quiet = side.proc, self.env.quiet
-        if not gpu:  # a stopped CPU side cannot react to the write: write, then flush, then time
-            self._write_inputs(side, inputs, count)
-        quiet.flush()
-        t0 = time.perf_counter()
-        if gpu:  # queued GPU work of a stopped side can: the write is part of the window
-            self._write_inputs(side, inputs, count)
-        if proc.chan.has_pending():
-            # A window ends when its reply arrives: a frame sent ahead (during an earlier window, to
-            # end this one at once) must not stand in for it.
-            proc.kill("sent a message it was not asked for")
-            raise ChildFailure(REJECTED, "the side sent a message before it was asked for one")
-        proc.thaw()
-        t_sent = time.perf_counter()
-        proc.send(Run(slots, signals))
-        reply, msg = proc.recv_frame(min(timeout, self.remaining())), None
-        # A load_inline in the first forward is served as in a load (only the first window: not recorded).
-        while signals and isinstance(msg := proc.decode(reply), BuildRequest):
-            serve_build(proc, msg, self.env.build, self.builds, self.remaining())
-            reply = proc.recv_frame(min(timeout, self.remaining()))
-        t_reply = time.perf_counter()
-        proc.freeze()
-        t_frozen = time.perf_counter()
-        try:
-            quiet.wait_idle(min(timeout, self.remaining()))
-        except TimeoutError:
-            raise ChildFailure(TIMEOUT, "the device was still busy with the side's work long after its window") from None
-        t_end = time.perf_counter()
-        # Checking the reply is the parent's work, after the window: it costs about 7 us a call
-        # described, and a candidate's descriptions (with IPC handles) are longer than the reference's.
-        ran = as_ran(proc, msg if signals else proc.decode(reply))
-        side.ran = ran
-        side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
-
-    def _write_inputs(self, side: Side, inputs: RoundInputs | None, count: int) -> None:
-        if inputs is not None and inputs.packed is not None:
-            side.buffer.write_packed(inputs.packed, count)
-        else:
-            for slot in range(count):
-                side.buffer.write(slot, inputs[slot])
-        self.env.sync()
+        """One window of `side` on the parent's clock (windows.py); `signals`: the first window."""
+        windows.run(self.env, side, slots, timeout, inputs, len(slots) if written is None else written,
+                    first=signals, remaining=self.remaining, builds=self.builds)
 
     def _reference_window(self, slots: list[int], timeout: float, signals: bool = False,
                           inputs: RoundInputs | None = None, written: int | None = None) -> None:
