@@ -56,16 +56,19 @@ class Referee:
 
     # -- bookkeeping ------------------------------------------------------------------------------------
     def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
-        if getattr(self.checks.get(name), "passed", None) is False:
+        previous = self.checks.get(name)
+        if previous is not None and previous.passed is False:
             return  # the first failure of a check is the informative one
         self.checks[name] = Check(name, passed, detail, blocking)
 
     def _fail(self, name: str, status: str, reason: str) -> None:
-        self._check(name, False, reason, blocking=status != verify.NOTE)  # a note is reported, not deciding
-        if status != verify.NOTE:
-            self.reasons.append(reason)
-            if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
-                self.status = status
+        if status == verify.NOTE:  # reported, not deciding (another order of a dense output layout)
+            self._check(name, False, reason, blocking=False)
+            return
+        self._check(name, False, reason)
+        self.reasons.append(reason)
+        if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
+            self.status = status
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -260,7 +263,8 @@ class Referee:
                     self.status = RUNTIME_ERROR
                     return
                 if side.ran.signals:
-                    self._check("global_state", False, "the candidate re-bound: " + ", ".join(side.ran.signals), blocking=False)
+                    self._check("global_state", False, "the candidate re-bound: " + ", ".join(side.ran.signals),
+                                blocking=False)
                 if len(side.ran.calls) != len(slots):
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
