@@ -16,6 +16,7 @@
 #   audit       `cuda-l1 audit` of AUDIT_SOLUTIONS (default .data/cuda-l1/h100.jsonl) into runs/audit, then
 #               that run directory archived as OUT/audit-run.tgz even when the limit stopped it (reruns
 #               resume from it: unpack it into runs/audit and carry it to the next run)
+#   compile-time  the cold / warm-toolchain / cached `load_inline` build (compile_time.py, no stock build)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
@@ -80,6 +81,8 @@ for s in "${steps[@]}"; do
     kb-bench) step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
         --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph}
       tar czf "$out/kb-run.tgz" runs/kb ;;
+    compile-time) step compile-time "${COMPILE_S:-200}" "$py" benchmarks/compile_time.py --repeats 1 --skip-stock \
+        --out "$out/compile-time.json" ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
         --out "$out/throughput.json" ;;
     sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;

@@ -11,7 +11,9 @@ side compares the candidate's outputs between windows: this makes that work an e
 Diagnostics that change the referee here only (never a policy): --release-each-round (the reference's
 side closes the candidate's IPC handles after every verification), --gap-ms N (a pause after every
 verification), --busy-ms N (the parent keeps the GPU busy with a trusted matmul loop that long after
-every verification), --no-verify (no verification at all: does the bias come from it?).
+every verification), --no-verify (no verification at all: does the bias come from it?), --touch SIDE (an
+empty, unrecorded window of that side after every verification: is what helps the reference's next
+window its own process having just worked?).
 """
 
 from __future__ import annotations
@@ -74,9 +76,18 @@ def _diagnostics(args) -> None:
             while time.perf_counter() < end:
                 busy[0] @ busy[0]
                 torch.cuda.synchronize(self.config.device)
+        if args.touch and self.status is None:
+            from cuda_l1.evaluate import windows
+
+            side = self.cand if args.touch == "candidate" else self.env.ref
+            kept = side.window, side.ran
+            windows.run(self.env, side, [], self.config.call_timeout_s, None, 0, first=False,
+                        remaining=self.remaining, builds=self.builds)
+            side.window, side.ran = kept
+            self.previous_calls = []  # the empty window let the side drop its outputs: their memory is free
 
     busy = []  # the trusted workload's operand, made once
-    if args.no_verify or args.release_each_round or args.gap_ms or args.busy_ms:
+    if args.no_verify or args.release_each_round or args.gap_ms or args.busy_ms or args.touch:
         Referee.verify_round = verify_round
 
 
@@ -100,6 +111,8 @@ def main() -> None:
     parser.add_argument("--busy-ms", type=float, default=0.0,
                         help="diagnostic: keep the GPU busy (the parent's matmuls) this long after every verification")
     parser.add_argument("--no-verify", action="store_true", help="diagnostic: skip verification (outputs unchecked)")
+    parser.add_argument("--touch", choices=("candidate", "reference"), default=None,
+                        help="diagnostic: an empty, unrecorded window of this side after every verification")
     args = parser.parse_args()
     _diagnostics(args)
     wanted = [t for t in args.tasks.split(",") if t and not t.endswith(".py")]

@@ -78,11 +78,16 @@ def test_verdicts_with_and_without_early_stops_are_filed_apart():
 def test_verdicts_measured_with_a_settle_pause_are_filed_apart_and_the_pause_is_bounded():
     from cuda_l1.errors import UserError
 
-    base = EvalConfig(device="cpu")
-    settled = EvalConfig(device="cpu", timing=dataclasses.replace(base.timing, settle_s=0.02))
-    assert settled.config_key() != base.config_key() and "settle=0.02" in settled.config_key()
+    gpu = EvalConfig(device="cuda")  # the pause is on by default there
+    unsettled = EvalConfig(device="cuda", timing=dataclasses.replace(gpu.timing, settle_s=0.0))
+    assert gpu.timing.settle_s == 0.02 and "settle=0.02" in gpu.config_key()
+    assert unsettled.config_key() != gpu.config_key() and "settle" not in unsettled.config_key()
+    # On a CPU no pause is made, so the key does not depend on it.
+    cpu = EvalConfig(device="cpu")
+    assert cpu.config_key() == EvalConfig(device="cpu", timing=dataclasses.replace(cpu.timing, settle_s=0.0)).config_key()
+    assert "settle" not in cpu.config_key()
     with pytest.raises(UserError, match="settle_s"):
-        EvalConfig(device="cpu", timing=dataclasses.replace(base.timing, settle_s=5.0))
+        EvalConfig(device="cpu", timing=dataclasses.replace(cpu.timing, settle_s=5.0))
 
 
 def test_the_time_cap_never_ends_timing_before_min_rounds():
