@@ -329,6 +329,25 @@ def test_exemplars_and_best_speedup_come_from_verdicts_under_the_same_settings(t
     store.close()
 
 
+def test_the_rl_stage_loads_nothing_ahead_unless_told(monkeypatch):
+    """GRPO compares a group's rewards: a sibling loading beside a candidate's judgement could spoil
+    that candidate's verdict through a guessed IPC handle (docs/isolation.md), so the RL stage's
+    evaluator loads nothing ahead by default; the other stages keep the evaluator's default."""
+    import dataclasses
+
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.lookahead import lookahead_of
+    from cuda_l1.train import eval_pool
+    from cuda_l1.train.config_files import EvalSection
+
+    monkeypatch.setattr(eval_pool, "_devices", lambda section: ["cuda:0"])  # as on a GPU host
+    section = EvalSection(device="cuda")
+    assert lookahead_of(eval_pool.eval_config(section)) == lookahead_of(EvalConfig(device="cuda")) == 2
+    assert lookahead_of(eval_pool.eval_config(section, rewards_relative=True)) == 0
+    told = dataclasses.replace(section, lookahead=1)
+    assert eval_pool.eval_config(told, rewards_relative=True).lookahead == 1
+
+
 # -- the reward function against the real evaluator --------------------------------------------------------
 @pytest.mark.slow
 def test_reward_function_judges_with_the_evaluator_and_writes_the_store(tmp_path):

@@ -71,6 +71,10 @@ class EvalSection:
     tolerance: str = setting("oracle", "oracle (float64 reference) or kernelbench")
     correctness_trials: int = setting(5, "rounds of a correctness-only evaluation (timing off), each checked "
                                       "against the float64 oracle; timed ones draw such rounds at oracle_rate")
+    lookahead: int = setting(-1, "candidates a worker loads ahead while it times another (-1: 0 in the RL "
+                             "stage, whose rewards are relative within a group: a sibling loading beside a "
+                             "candidate's judgement could reach its outputs through a guessed CUDA IPC handle "
+                             "and spoil its verdict, docs/isolation.md; the evaluator's default elsewhere)")
 
 
 # -- reading --------------------------------------------------------------------------------------

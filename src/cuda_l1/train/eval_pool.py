@@ -20,14 +20,18 @@ def _devices(section: EvalSection) -> list[Device]:
     return parse_devices(section.device, section.cluster, what="[eval] device")
 
 
-def eval_config(section: EvalSection) -> EvalConfig:
+def eval_config(section: EvalSection, rewards_relative: bool = False) -> EvalConfig:
+    """`rewards_relative`: a stage whose candidates' rewards are compared within a group (GRPO), where
+    one candidate spoiling another's verdict would pay; nothing is loaded ahead there unless the
+    section says so (docs/isolation.md: a loading side can reach a judged side's outputs)."""
     from cuda_l1.evaluate.precision import ToleranceConfig
 
     if section.tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"[eval] tolerance is 'oracle' or 'kernelbench' (got {section.tolerance!r}).")
     timing = TimingConfig.quick() if section.quick_timing else TimingConfig()
+    lookahead = section.lookahead if section.lookahead >= 0 else 0 if rewards_relative else None
     return EvalConfig(device=str(_devices(section)[0]), tolerance=ToleranceConfig(mode=section.tolerance),
-                      timing=timing, correctness_trials=section.correctness_trials)
+                      timing=timing, correctness_trials=section.correctness_trials, lookahead=lookahead)
 
 
 class DevicePools(EvalPool):
@@ -54,9 +58,10 @@ class DevicePools(EvalPool):
             pool.close()
 
 
-def open_pool(section: EvalSection) -> tuple[EvalPool, EvalConfig]:
-    """The evaluation pool a stage submits candidates to, and the settings it judges with."""
-    config = eval_config(section)
+def open_pool(section: EvalSection, rewards_relative: bool = False) -> tuple[EvalPool, EvalConfig]:
+    """The evaluation pool a stage submits candidates to, and the settings it judges with
+    (`rewards_relative`: see eval_config)."""
+    config = eval_config(section, rewards_relative)
     devices = _devices(section)
     workers = section.workers or None
     if len(devices) == 1:

@@ -136,7 +136,7 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
             state = json.loads(state_path.read_text()) if state_path.exists() else {}
             store = Store(store_path(config.store, out))
             register_tasks(store, tasks)
-            pool, eval_cfg = open_pool(config.eval)
+            pool, eval_cfg = open_pool(config.eval, rewards_relative=True)  # GRPO: advantages within a group
             run_id = store.start_run(RUN_NAME, {"output_dir": str(out.resolve()), "model": path,
                                                 "resume": config.resume_from_checkpoint})
             judge = Judge(store, pool, eval_cfg, run_id, device_label=state.get("device_label"))
