@@ -346,6 +346,10 @@ def test_the_rl_stage_loads_nothing_ahead_unless_told(monkeypatch):
     assert lookahead_of(eval_pool.eval_config(section, rewards_relative=True)) == 0
     told = dataclasses.replace(section, lookahead=1)
     assert eval_pool.eval_config(told, rewards_relative=True).lookahead == 1
+    from cuda_l1.errors import UserError
+
+    with pytest.raises(UserError, match="lookahead"):
+        eval_pool.eval_config(dataclasses.replace(section, lookahead=-5))
 
 
 # -- the reward function against the real evaluator --------------------------------------------------------

@@ -29,6 +29,8 @@ def eval_config(section: EvalSection, rewards_relative: bool = False) -> EvalCon
     if section.tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"[eval] tolerance is 'oracle' or 'kernelbench' (got {section.tolerance!r}).")
     timing = TimingConfig.quick() if section.quick_timing else TimingConfig()
+    if section.lookahead < -1:
+        raise UserError(f"[eval] lookahead is -1 (the stage's default) or 0-8 (got {section.lookahead}).")
     lookahead = section.lookahead if section.lookahead >= 0 else 0 if rewards_relative else None
     return EvalConfig(device=str(_devices(section)[0]), tolerance=ToleranceConfig(mode=section.tolerance),
                       timing=timing, correctness_trials=section.correctness_trials, lookahead=lookahead)
