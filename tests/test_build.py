@@ -345,3 +345,53 @@ def test_cuda_extension_builds_loads_and_runs_on_gpu(config):
     module = load_built(result)
     x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
     torch.testing.assert_close(module.axpy(x, y, 2.0), 2.0 * x + y)
+
+
+SHARED_ID_SRC = r"""
+#include <torch/extension.h>
+namespace {
+__constant__ float factor[1];
+__device__ float offset_value = OFFSET;
+__global__ void affine_kernel(const float* x, float* out, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = factor[0] * x[i] + offset_value;
+}
+}  // namespace
+
+torch::Tensor affine(torch::Tensor x) {
+  float f = FACTOR;
+  TORCH_CHECK(cudaMemcpyToSymbol(factor, &f, sizeof(float)) == cudaSuccess, "cudaMemcpyToSymbol");
+  auto out = torch::empty_like(x);
+  int64_t n = x.numel();
+  affine_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+  return out;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_two_extensions_with_one_nvcc_module_id_run_side_by_side(tmp_path, monkeypatch):
+    """Every split build names the same nvcc module id (so the host compile can share one precompiled
+    prefix): two extensions whose anonymous-namespace device symbols then have the same names must
+    still each reach their own, loaded in one process and called in turn."""
+    from cuda_l1.evaluate.build import nvcc_split
+
+    ids = []
+    constant = nvcc_split.label_module_id("0" * 16)
+    monkeypatch.setattr(nvcc_split, "label_module_id", lambda key: ids.append(key) or constant)
+    pool = BuildPool(BuildConfig(cache_dir=tmp_path, pch="off"))
+    specs = [ExtensionSpec.from_load_inline_args(
+        name=f"affine_{tag}", cpp_sources="torch::Tensor affine(torch::Tensor x);",
+        cuda_sources=SHARED_ID_SRC.replace("FACTOR", factor).replace("OFFSET", offset), functions=["affine"])
+        for tag, factor, offset in (("a", "2.0f", "1.0f"), ("b", "3.0f", "-1.0f"))]
+    try:
+        results = [f.result(timeout=600) for f in [pool.submit(s) for s in specs]]
+    finally:
+        pool.shutdown(wait=True)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert len(ids) == 2 and all(r.notes["nvcc"] == "split" for r in results)
+    a, b = (load_built(r) for r in results)
+    x = torch.randn(1 << 16, device="cuda")
+    for _ in range(2):
+        torch.testing.assert_close(a.affine(x), 2.0 * x + 1.0)
+        torch.testing.assert_close(b.affine(x), 3.0 * x - 1.0)
