@@ -227,6 +227,41 @@ def test_optimize_killed_with_sigkill_leaves_no_worker(tmp_path):
     kill_and_check(owner)
 
 
+def test_interrupted_run_stops_at_once_without_a_traceback(tmp_path):
+    """Ctrl-C (SIGINT to the whole foreground process group) during an evaluation: the command says
+    `interrupted` and exits 130 within seconds, prints no worker's traceback, and leaves no worker or
+    sandboxed child behind (they are stopped, not waited for to finish their candidate)."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "slow.py").write_text(SLOW_TASK)
+    args = [sys.executable, "-m", "cuda_l1", "optimize", str(tasks), "--strategies", "eager", "--device", "cpu",
+            "--quick", "--out", str(tmp_path / "run")]
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    owner = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        assert wait_until(lambda: worker_evaluating(owner.pid), 180.0), "no worker evaluated a candidate"
+        time.sleep(0.5)
+        known = family(owner.pid)
+        started = time.monotonic()
+        os.killpg(owner.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, err = owner.communicate(timeout=60)
+        took = time.monotonic() - started
+        assert owner.returncode == 130, err[-2000:]
+        assert "interrupted" in err and "Traceback" not in err, err[-4000:]
+        assert took < 15, f"the interrupted command took {took:.1f} s to exit"
+        left = wait_until(lambda: not survivors(known, owner.pid), timeout=20.0) or survivors(known, owner.pid)
+        assert left is True, "processes outlived the interrupted command:\n" + "\n".join(left)
+    finally:
+        for pid in family(owner.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if owner.poll() is None:
+            owner.kill()
+
+
 # -- bounded memory: a worker keeps few prepared references ------------------------------------------------
 # Each task's reference runs in a sandboxed side of its own, kept by the task's evaluator (with the
 # reference module and its inputs) between candidates: a worker holding one evaluator per task holds one

@@ -115,4 +115,7 @@ def run(argv: list[str] | None = None) -> int:
         err_console.print("[red]interrupted[/]")
         return 130
     # Without standalone mode, click returns the code of typer.Exit(code) instead of raising it.
-    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+    code = code if isinstance(code, int) and not isinstance(code, bool) else 0
+    if code == 130:  # typer's silent Exit(130) for Ctrl-C (no command of ours exits with 130)
+        err_console.print("[red]interrupted[/]")
+    return code

@@ -161,9 +161,14 @@ class EvalPool:
     def close(self) -> None:
         raise NotImplementedError
 
+    def abort(self) -> None:
+        """Stop without waiting for candidates under way (an interrupt); by default the same as close()."""
+        self.close()
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        # An interrupted caller wants its prompt back, not the current candidates' verdicts.
+        self.abort() if exc_type is not None and issubclass(exc_type, KeyboardInterrupt) else self.close()
         return False

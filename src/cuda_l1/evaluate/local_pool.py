@@ -25,6 +25,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 from concurrent.futures import Future
@@ -59,6 +60,9 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     next `lookahead_of(config)` jobs loaded ahead meanwhile (lookahead.py)."""
     from cuda_l1.evaluate import lifeline
 
+    # An interrupt (Ctrl-C reaches the whole process group) is the owner's to handle: it stops its
+    # workers. Here it would only print a traceback from the middle of a job.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
@@ -184,6 +188,7 @@ class LocalPool(EvalPool):
         self._closing = False  # no more dispatching or replacing; workers are being stopped
         self._stopped = False  # the dispatcher may exit
         self._closed = False
+        self._aborting = False  # abort(): workers are not waited for
         # The dispatcher thread starts every worker (and every replacement) and outlives them all:
         # on Linux a worker's parent-death signal fires when the thread that started it exits.
         self._started = threading.Event()
@@ -337,9 +342,15 @@ class LocalPool(EvalPool):
     def worker_pids(self) -> list[int]:
         return [proc.pid for proc, _ in self._slots]
 
+    def abort(self) -> None:
+        """Stop now (the caller was interrupted): the workers are killed mid-candidate (their sides go
+        with them, lifeline.py) instead of finishing it; verdicts already given are kept by the caller."""
+        self._aborting = True
+        self.close()
+
     def close(self) -> None:
-        """Stop the workers (each finishes its candidate, for at most 10 s), then the dispatcher; jobs
-        still unanswered get a runtime_error verdict."""
+        """Stop the workers (each finishes its candidate, for at most 10 s; none after abort()), then
+        the dispatcher; jobs still unanswered get a runtime_error verdict."""
         if self._closed:
             return
         self._closed = True
@@ -351,7 +362,7 @@ class LocalPool(EvalPool):
                 inbox.put(None)
             except (OSError, ValueError):
                 pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (0 if self._aborting else 10)
         for proc, _ in self._slots:
             proc.join(timeout=max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
