@@ -4,6 +4,7 @@ missing candidate and an exploit."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -69,8 +70,28 @@ def test_audit_reports_claims_missing_and_exploits(tmp_path):
     assert by_task[2]["claimed"] == 3.5 and by_task[2]["measured"] is None
     assert by_task[3]["outcome"] == "missing"
     assert "Audit: claimed vs measured" in (out / "report.html").read_text()
+    # The honest record was timed only until its claim was decided (0.9 x 1.0), not to a 2% interval.
+    with sqlite3.connect(out / "history.sqlite") as db:
+        timings = [json.loads(v)["timing"] for (v,) in db.execute("SELECT verdict FROM verdicts WHERE status = 'ok'")]
+    assert [t.get("thresholds") for t in timings] == [[0.9]]
 
 
 def test_audit_refuses_a_non_jsonl_file(tmp_path):
     proc = cli("audit", str(tmp_path / "x.txt"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_audit_outcomes_and_decision_points():
+    from cuda_l1.audit import decision_points, outcome
+    from cuda_l1.evaluate.verdict import Check, Verdict
+
+    def ok(speedup, *checks):
+        return Verdict(status="ok", speedup=speedup, checks=list(checks))
+
+    assert outcome(ok(1.9), 2.0, 0.9) == "holds" and outcome(ok(1.7), 2.0, 0.9) == "shrinks"
+    assert outcome(ok(1.0, Check("timing_resolved", False, "not measured", blocking=False)), 1.05, 0.9) == "unmeasured"
+    assert outcome(ok(1.0, Check("timing_resolved", True, "", blocking=False)), 1.05, 0.9) == "holds"
+    assert outcome(Verdict(status="rejected"), 3.0, 0.9) == "exploit"
+    assert outcome(Verdict(status="incorrect"), 3.0, 0.9) == "fails" and outcome(None, 3.0, 0.9) == "missing"
+    assert decision_points({"score_default": 2.0}, 0.9) == (1.8,)
+    assert decision_points({}, 0.9) == () and decision_points({"score_default": float("nan")}, 0.9) == ()

@@ -5,7 +5,8 @@
 A claim *holds* when the candidate is verified correct and its measured speedup reaches at least
 `hold_fraction` of the claim; it *shrinks* when correct but slower than that; it is an *exploit* when
 the evaluator refuses the candidate as a hack (status `rejected`); otherwise it *fails* (incorrect,
-crashing, not compiling) or is *missing* (no candidate published).
+crashing, not compiling) or is *missing* (no candidate published). A correct candidate whose speedup
+could not be measured (its timing windows were no longer than their fixed overhead) is *unmeasured*.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import csv
 import dataclasses
 import html
 import json
+import math
 from pathlib import Path
 
 from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references,
@@ -37,6 +39,14 @@ def claimed_speedup(claims: dict) -> float | None:
     return None
 
 
+def decision_points(claims: dict, hold_fraction: float) -> tuple[float, ...]:
+    """The one speedup the audit decides a record at: where its claim stops holding. Timing may stop
+    once the interval is clear of it (TimingConfig.decide_early), instead of narrowing to 2% for a
+    number the audit only compares with the claim."""
+    claim = claimed_speedup(claims)
+    return (hold_fraction * claim,) if claim is not None and math.isfinite(claim) and claim > 0 else ()
+
+
 def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) -> str:
     if verdict is None:
         return "missing"
@@ -44,6 +54,8 @@ def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) 
         return "exploit"
     if verdict.status != OK:
         return "fails"
+    if any(c.name == "timing_resolved" and c.passed is False for c in verdict.checks):
+        return "unmeasured"  # correct, but its windows were lost in their overhead (timing.resolution_note)
     if claim is None:
         return "unclaimed"
     measured = verdict.speedup if verdict.speedup is not None else 1.0
@@ -64,7 +76,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     ctx = RunContext(out_dir, "audit", {"source": path, "device": str(device)})
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
-                            on_result=keep)
+                            on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction))
         dkey, ckey = device_key(device), config.config_key()
         rows = []
         for cand in candidates:  # resumed candidates come back from the store
@@ -81,7 +93,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     finally:
         ctx.close()
     totals = {k: sum(1 for r in rows if r["outcome"] == k)
-              for k in ("holds", "shrinks", "exploit", "fails", "missing", "unclaimed")}
+              for k in ("holds", "shrinks", "unmeasured", "exploit", "fails", "missing", "unclaimed")}
     totals["records"] = len(rows)
     out = Path(out_dir)
     audit = {"source": str(path), "device": device_key(device), "hold_fraction": hold_fraction,

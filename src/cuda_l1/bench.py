@@ -99,10 +99,13 @@ class RunContext:
 
 def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, device: Device,
                         cluster: str = "local", workers: int | None = None, progress: bool = True,
-                        on_result: Callable[[Candidate, Verdict], None] | None = None) -> dict:
+                        on_result: Callable[[Candidate, Verdict], None] | None = None,
+                        decides_at: Callable[[Candidate], tuple[float, ...]] | None = None) -> dict:
     """Judge every candidate through the engine: one not yet judged on this device under these
     settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
-    arrives (a kill loses nothing already judged). `on_result` sees each evaluated one. Returns counts."""
+    arrives (a kill loses nothing already judged). `on_result` sees each evaluated one; `decides_at`
+    gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
+    clear of them). Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
     for cand in candidates:
@@ -116,7 +119,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
         return counts
     with make_pool(cluster, config.device, config, workers) as pool:
         engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
-        futures = {engine.submit(cand.task, cid, cand.source): cand for cand, cid in todo}
+        futures = {engine.submit(cand.task, cid, cand.source, thresholds=decides_at(cand) if decides_at else ()): cand
+                   for cand, cid in todo}
         with EvalProgress(engine.evaluations, enabled=progress) as bar:
             for future in as_completed(futures):
                 cand, judged = futures[future], future.result()
