@@ -36,6 +36,8 @@ class Referee:
         # speedups the caller decides at: timing may stop once the interval is clear of all of them
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
         self.stopped = ""  # why timing stopped (timing.stop_reason)
+        self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
+        self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
         self.config = config
         self.source = source
         self.deadline = deadline
@@ -295,6 +297,8 @@ class Referee:
             if warm:
                 ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
                 cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
+                for side in (env.ref, self.cand):
+                    self.at_overhead[side.name] += timing.at_overhead(side.window, overhead_s)
                 self.candidate_first.append(order[0] is self.cand)
             else:
                 # One number of calls for both sides, sized on the reference (so the candidate does not
@@ -344,6 +348,9 @@ class Referee:
         self.timing = timing.report(timing.Recorded(ref_ms, cand_ms, list(self.candidate_first)), plan, overhead_s,
                                     hidden, self.env.quiet.idle_s, self.phases)
         self.timing["stopped"] = self.stopped
+        self.timing["windows_at_overhead"] = dict(self.at_overhead)
+        self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s)
+        self._check("timing_resolved", self.unresolved is None, self.unresolved or "", blocking=False)
         if self.thresholds:
             self.timing["thresholds"] = list(self.thresholds)
         after = self.telemetry.read()

@@ -32,6 +32,31 @@ def per_call_ms(window: Window, overhead_s: float) -> float:
     return max(window.wall_s - overhead_s, 1e-9) / max(window.calls, 1) * 1e3
 
 
+# A window no longer than the fixed overhead taken off it measured nothing: its per-call time is the
+# floor of per_call_ms. Beyond this share of one side's recorded windows, the speedup is not measured.
+UNRESOLVED_SHARE = 0.1
+
+
+def at_overhead(window: Window, overhead_s: float) -> bool:
+    """Whether the window took no longer than the fixed overhead (its calls' time is not resolved)."""
+    return window.wall_s <= overhead_s
+
+
+def resolution_note(at_overhead_counts: dict[str, int], rounds: int, overhead_s: float) -> str | None:
+    """Why the speedup is not measured (None: it is): too many of a side's windows were no longer than
+    the overhead taken off every window (on a GPU: writing the window's inputs, so a task whose calls
+    cost about what copying their inputs does), or that overhead drifted below its estimate."""
+    if rounds <= 0:
+        return None
+    shares = {side: count / rounds for side, count in at_overhead_counts.items()}
+    worst = max(shares, key=shares.get)
+    if shares[worst] <= UNRESOLVED_SHARE:
+        return None
+    return (f"{shares[worst]:.0%} of the {worst}'s recorded windows took no longer than the fixed overhead "
+            f"taken off each window ({overhead_s * 1e3:.3g} ms): the calls' time is lost in it, so the speedup "
+            f"is not measured and scores 1.00")
+
+
 def calls_for(per_call_s: float, target_s: float, max_calls: int) -> int:
     """How many calls fill a window of `target_s` (at least 1, at most `max_calls`)."""
     if per_call_s <= 0 or not math.isfinite(per_call_s):
@@ -48,8 +73,12 @@ def settle(seconds: float) -> None:
 
 
 def overhead(null_windows: list[Window]) -> float:
-    """The fixed cost of a window with no calls (median): taken off both sides."""
-    return statistics.median(w.wall_s for w in null_windows) if null_windows else 0.0
+    """The fixed cost of a window with no calls, taken off both sides: the shortest null window. With
+    the same number of calls on both sides, taking off too little pulls the speedup toward 1, but too
+    much pushes it away from 1 (and past the calls' time, to the floor of per_call_ms): a null window
+    slowed by a busy host or a GPU still warming up must not set it (the median once did, on a loaded
+    CPU and on KernelBench's scalar multiplication on the H200)."""
+    return min(w.wall_s for w in null_windows) if null_windows else 0.0
 
 
 @dataclass

@@ -1,0 +1,63 @@
+"""A speedup is measured only where the windows are longer than the fixed overhead taken off them.
+
+On a GPU the inputs of a window are written inside it, so for a task whose calls cost about what
+copying their inputs does (KernelBench level 1's scalar multiplication of a 16384 x 4096 matrix), the
+overhead is as large as the calls and drifts: windows came out no longer than it, their per-call times
+at the floor, and a raw speedup of 631 with an interval of 0.001-1331. Such a verdict says so and scores
+1.00, whichever side lost its calls in the overhead."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda_l1.evaluate import timing
+from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.evaluator import Evaluator
+from cuda_l1.tasks import Task
+
+
+def test_a_side_with_many_windows_at_the_overhead_is_not_measured():
+    assert timing.at_overhead(timing.Window(15, 0.0070, 0.001), 0.0078)
+    assert not timing.at_overhead(timing.Window(15, 0.0090, 0.001), 0.0078)
+    assert timing.resolution_note({"reference": 0, "candidate": 0}, 100, 0.001) is None
+    assert timing.resolution_note({"reference": 10, "candidate": 3}, 100, 0.001) is None  # 10%: still measured
+    note = timing.resolution_note({"reference": 2, "candidate": 11}, 100, 0.0078)
+    assert note is not None and "11% of the candidate's" in note and "7.8 ms" in note
+    assert "reference's" in timing.resolution_note({"reference": 63, "candidate": 0}, 115, 0.0078)
+    assert timing.resolution_note({"reference": 0, "candidate": 0}, 0, 0.001) is None
+
+
+REFERENCE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + 1.0
+
+
+def get_inputs():
+    return [torch.randn(128, 128)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_an_evaluation_whose_windows_are_lost_in_the_overhead_scores_one(monkeypatch):
+    # An overhead estimate longer than any window: every recorded window of both sides is at the floor.
+    monkeypatch.setattr(timing, "overhead", lambda windows: 10.0)
+    evaluator = Evaluator(Task(name="1_ReluPlus", level=1, source=REFERENCE),
+                          EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2))
+    try:
+        verdict = evaluator.evaluate(REFERENCE.replace("class Model(", "class ModelNew("), remeasure=False)
+    finally:
+        evaluator.close()
+    assert verdict.status == "ok" and verdict.speedup == 1.0
+    check = next(c for c in verdict.checks if c.name == "timing_resolved")
+    assert check.passed is False and not check.blocking and "not measured" in check.detail
+    rounds = verdict.timing["rounds"]
+    assert verdict.timing["windows_at_overhead"] == {"reference": rounds, "candidate": rounds}
