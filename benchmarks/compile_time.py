@@ -142,7 +142,7 @@ def cuda_object(repeats: int) -> dict:
                 (work / "cuda.cu").write_text(cuda_translation_unit(spec.cuda_sources, slim)[0])
                 cmd = nvcc_command(spec, tc, spec.checked_flags(), spec.name)
                 env = compiler_env(work)
-                plan = plan_split(cmd, work, env, "bench") if split else None
+                plan = plan_split(cmd, work, env) if split else None
                 if plan is not None:
                     res, _ = run_split(plan, cmd, cwd=work, timeout_s=900, label="bench")
                 else:

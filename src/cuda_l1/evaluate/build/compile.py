@@ -38,7 +38,10 @@ from cuda_l1.evaluate.build.translation_units import (IMPLICIT_CPP_HEADER, IMPLI
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import Toolchain
 
-RECIPE_VERSION = "3"  # bump whenever the recipe changes what a build produces (3: compilers confined)
+# Bump whenever the recipe changes what a build produces. 3: compilers confined; 4: one nvcc module id
+# for every build (it is in the object's anonymous-namespace symbol names), so that the host compile
+# can share one precompiled prefix.
+RECIPE_VERSION = "4"
 # The defines and options stock load_inline gives every nvcc compile.
 COMMON_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
@@ -172,7 +175,7 @@ def _run_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key
     """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc."""
     # With --threads the candidate asked nvcc to compile several archs at once; keep nvcc's way.
     wants_threads = any(f.startswith("--threads") for f in cmd)
-    plan = plan_split(cmd, workdir, env, key) if config.split_nvcc and not wants_threads else None
+    plan = plan_split(cmd, workdir, env) if config.split_nvcc and not wants_threads else None
     notes["nvcc"] = "split" if plan is not None else "plain"
     if plan is None:
         return run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key)
