@@ -144,7 +144,7 @@ def cuda_object(repeats: int) -> dict:
                 env = compiler_env(work)
                 plan = plan_split(cmd, work, env) if split else None
                 if plan is not None:
-                    res, _ = run_split(plan, cmd, cwd=work, timeout_s=900, label="bench")
+                    res = run_split(plan, cmd, cwd=work, timeout_s=900, label="bench").result
                 else:
                     res = run_command("cuda", cmd, cwd=work, env=env, timeout_s=900, label="bench")
                 if not res.ok:

@@ -310,7 +310,8 @@ def test_cuda_source_compiles_to_an_object_split_and_plain(tmp_path):
         else:
             plan = plan_split(cmd, work, env)
             assert plan is not None, "nvcc --dryrun had an unknown shape"
-            res, timings = run_split(plan, cmd, cwd=work, timeout_s=300, label="nvcc-test")
+            res, timings, host_pch = run_split(plan, cmd, cwd=work, timeout_s=300, label="nvcc-test")
+            assert host_pch is None  # no precompiled prefix offered
             assert set(timings) == {"cuda_host_front", "cuda_device", "cuda_host_compile"}
         assert res.ok, res.output
         objects[mode] = _nm(work / "cuda.cuda.o")
@@ -330,7 +331,7 @@ def test_cuda_compile_error_reads_like_nvcc(tmp_path):
     cmd = nvcc_command(spec, detect_toolchain("9.0a"), spec.checked_flags(), "bad_mod")
     plan = plan_split(cmd, tmp_path, compiler_env(tmp_path))
     assert plan is not None
-    res, _ = run_split(plan, cmd, cwd=tmp_path, timeout_s=300, label="nvcc-test")
+    res = run_split(plan, cmd, cwd=tmp_path, timeout_s=300, label="nvcc-test").result
     assert not res.ok and 'cuda.cu(2): error: identifier "undefined_thing" is undefined' in res.output
     assert res.output.count("error: identifier") == 1  # the device chain's copy is not shown twice
 
@@ -343,9 +344,23 @@ def test_cuda_extension_builds_loads_and_runs_on_gpu(config):
     result = build_extension(spec, BuildConfig(cache_dir=config.cache_dir, pch="off"))
     assert result.ok, result.error
     assert result.notes["cuda_headers"] == "slim" and result.notes["nvcc"] == "split"
+    assert result.notes["pch"] == result.notes["host_pch"] == "off"
     module = load_built(result)
     x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
     torch.testing.assert_close(module.axpy(x, y, 2.0), 2.0 * x + y)
+
+
+@pytest.mark.gpu
+def test_cuda_extension_built_on_both_precompiled_headers_runs_on_gpu(config):
+    spec = ExtensionSpec.from_load_inline_args(
+        name="axpy_pch_ext", cpp_sources="torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a);",
+        cuda_sources=CUDA_SRC, functions=["axpy"])
+    result = build_extension(spec, config)  # "wait": both headers are built first
+    assert result.ok, result.error
+    assert result.notes["pch"] == result.notes["host_pch"] == "used"
+    module = load_built(result)
+    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    torch.testing.assert_close(module.axpy(x, y, 3.0), 3.0 * x + y)
 
 
 SHARED_ID_SRC = r"""

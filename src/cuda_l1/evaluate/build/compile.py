@@ -5,7 +5,9 @@ same flags and defines, plus what makes it fast:
 - the binding TU (`main.cpp`, c++) and the CUDA TU (`cuda.cu`, nvcc) run as two processes at once;
 - the binding TU loads a precompiled <torch/extension.h> (see `pch.py`);
 - the CUDA TU gets <torch/types.h> instead of <torch/extension.h> when that is safe (`translation_units.py`);
-- nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200).
+- nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200);
+- nvcc's steps run as two parallel chains (`nvcc_split.py`), and its final host compile loads the
+  implicit headers' part of cudafe++'s output precompiled (`host_pch.py`).
 
 Measured on a 2-core EPYC VM (shared, so CPU seconds are the steady figure), gcc 12.2, nvcc 13.0,
 torch 2.13 CPU, `benchmarks/compile_time.py` candidate (one elementwise kernel + one binding):
@@ -16,6 +18,9 @@ torch 2.13 CPU, `benchmarks/compile_time.py` candidate (one elementwise kernel +
     slim (<torch/types.h>): 22-24 s CPU; slim + split nvcc: 18.1 s wall on an idle pair of cores
     (host front end 11.0 s, device chain 7.7 s, then host compile 5.9 s).
   So a cold CUDA build here is bounded by the .cu TU: ~18 s vs ~55 s; the binding TU runs beside it.
+  With the host prefix precompiled (host_pch.py) the .cu's host compile takes 2.5-3.2 s instead of
+    7.1-8.1 s and the whole .cu 19.9-23.3 s instead of 26.1-29.1 s (medians of 3, a busier VM than
+    above); its one-time build per flag set takes ~36 s (423 MB).
 The module name is `<name>_<key prefix>` so two candidates' modules never collide in one process.
 """
 
@@ -30,6 +35,7 @@ from pathlib import Path
 
 from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.flags import names_gpu_arch
+from cuda_l1.evaluate.build.host_pch import HostPchStore
 from cuda_l1.evaluate.build.pch import PchStore, pch_used, strip_include_trace
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
 from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, in_parallel, run_command
@@ -73,7 +79,7 @@ class CompileOutcome:
     log: str  # full commands and outputs
     transient: bool = False  # timed out, killed or out of memory: says more about the machine, not cached
     timings: dict = field(default_factory=dict)  # step -> {"wall_s", "cpu_s"}, plus "total_s"
-    notes: dict = field(default_factory=dict)  # pch: used/rejected/building/off/none; cuda_headers
+    notes: dict = field(default_factory=dict)  # pch, host_pch: used/rejected/building/off/none...; cuda_headers
 
 
 def _include_flags(spec_includes, toolchain: Toolchain, with_cuda: bool) -> list[str]:
@@ -170,23 +176,30 @@ def _log_step(res: CommandResult) -> str:
             f"{res.wall_s:.2f}s wall, {res.cpu_s:.2f}s cpu]\n\n")
 
 
-def _run_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key: str,
-              timings: dict, notes: dict) -> CommandResult:
-    """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc."""
+def compile_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key: str, toolchain: Toolchain,
+                 host_store: HostPchStore | None) -> tuple[CommandResult, dict, dict]:
+    """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc; the host
+    compile on the precompiled prefix when there is one (`host_store` None: never). Returns the
+    result, the chains' timings and notes: `nvcc` (split/plain), `host_pch` (used, rejected, failed,
+    mismatch: see `HostPrefix.compile`; building, none, off: none offered; ready: offered, but nvcc
+    stopped before its host compile). nvcc's intermediates stay in `workdir/nvcc`."""
     # With --threads the candidate asked nvcc to compile several archs at once; keep nvcc's way.
     wants_threads = any(f.startswith("--threads") for f in cmd)
     plan = plan_split(cmd, workdir, env) if config.split_nvcc and not wants_threads else None
-    notes["nvcc"] = "split" if plan is not None else "plain"
     if plan is None:
-        return run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key)
-    result, chain_timings = run_split(plan, cmd, cwd=workdir, timeout_s=config.timeout_s, label=key)
-    timings.update(chain_timings)
-    return result
+        return (run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key), {},
+                {"nvcc": "plain", "host_pch": "off"})
+    prefix, offered = (None, "off") if host_store is None else host_store.for_build(
+        host_store.key(toolchain, plan, workdir), toolchain, cmd, config.pch, config.timeout_s)
+    run = run_split(plan, cmd, cwd=workdir, timeout_s=config.timeout_s, label=key, host_prefix=prefix)
+    return run.result, run.timings, {"nvcc": "split", "host_pch": run.host_pch or offered}
 
 
 def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workdir: Path,
-                      config: BuildConfig, pch_store: PchStore | None) -> CompileOutcome:
-    """Compile and link `spec` inside `workdir` (which must exist and be empty)."""
+                      config: BuildConfig, pch_store: PchStore | None,
+                      host_store: HostPchStore | None = None) -> CompileOutcome:
+    """Compile and link `spec` inside `workdir` (which must exist and be empty); the stores hold the
+    precompiled headers (None: compile without)."""
     checked = spec.checked_flags()
     module = module_name_for(spec, key)
     library = f"{module}{toolchain.ext_suffix}"
@@ -227,7 +240,17 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         (workdir / "cuda.cu").write_text(text)
         notes["cuda_headers"] = "slim" if slimmed else "as written"
         cu_cmd = nvcc_command(spec, toolchain, checked, module)
-        calls["cuda"] = lambda: _run_cuda(cu_cmd, workdir, env, config, key, timings, notes)
+        # A source without the implicit headers shares no prefix with others worth precompiling.
+        cu_host_store = None if spec.no_implicit_headers else host_store
+
+        def _cuda() -> CommandResult:
+            result, cuda_timings, cuda_notes = compile_cuda(cu_cmd, workdir, env, config, key, toolchain,
+                                                            cu_host_store)
+            timings.update(cuda_timings)
+            notes.update(cuda_notes)
+            return result
+
+        calls["cuda"] = _cuda
         objects.append("cuda.cuda.o")
 
     results = in_parallel(calls)
@@ -242,7 +265,7 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         text, _ = cuda_translation_unit(spec.cuda_sources, False)
         (workdir / "cuda.cu").write_text(text)
         notes["cuda_headers"] = "as written (slim failed)"
-        results["cuda"] = _run_cuda(cu_cmd, workdir, env, config, key, timings, notes)
+        results["cuda"] = _cuda()
     for res in results.values():
         log.append(_log_step(res))
         timings[res.name] = {"wall_s": round(res.wall_s, 3), "cpu_s": round(res.cpu_s, 3)}
@@ -263,3 +286,4 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         return CompileOutcome(False, module, None, error, "".join(log),
                               transient=any(_transient(r) for r in failed), timings=timings, notes=notes)
     return CompileOutcome(True, module, library, "", "".join(log), timings=timings, notes=notes)
+
