@@ -8,18 +8,23 @@ intermediates.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
-from cuda_l1.evaluate.build import BuildConfig, ExtensionSpec, detect_toolchain
-from cuda_l1.evaluate.build.compile import compile_cuda, nvcc_command
+from cuda_l1.evaluate.build import BuildConfig, BuildPool, ExtensionSpec, detect_toolchain, wait_for_background_pch
+from cuda_l1.evaluate.build.ahead import Prebuilder
+from cuda_l1.evaluate.build.compile import compile_cuda, cxx_flags, default_spec, nvcc_command, start_pch_builds
 from cuda_l1.evaluate.build.host_pch import PREFIX_HEADER, HostPchStore, HostPrefix
 from cuda_l1.evaluate.build.nvcc_split import MODULE_ID, plan_split, run_host_compile
+from cuda_l1.evaluate.build.pch import PchStore
 from cuda_l1.evaluate.build.procs import allow_reads, compiler_env
 from cuda_l1.evaluate.build.translation_units import cuda_translation_unit
+from cuda_l1.evaluate.config import EvalConfig
 
 HAS_NVCC = detect_toolchain().nvcc is not None
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
@@ -193,3 +198,70 @@ def test_off_and_failed_prefixes_are_never_offered(case, tmp_path):
             assert failed.for_build(key, case.tc, case.cmd, mode, 60) == (None, "none")
     assert _pch_threads() == before  # no background build of a prefix that failed once
 
+
+# --- both precompiled headers built before the first candidate --------------------------------------
+
+
+@pytest.fixture
+def recorded_builds(monkeypatch):
+    """PCH builds recorded instead of run (each takes ~20-50 s of CPU)."""
+    calls = []
+
+    def torch_pch(self, key, toolchain, flags, timeout_s, blocking=True):
+        time.sleep(0.5)  # long enough that a caller who does not wait finds it unfinished
+        calls.append(("torch", key, list(flags), blocking))
+
+    def host_pch(self, key, toolchain, nvcc_cmd, timeout_s, blocking=True):
+        time.sleep(0.5)
+        calls.append(("host", key, list(nvcc_cmd), blocking))
+
+    monkeypatch.setattr(PchStore, "build", torch_pch)
+    monkeypatch.setattr(HostPchStore, "build", host_pch)
+    return calls
+
+
+def test_without_cuda_only_the_binding_header_is_built_ahead(recorded_builds, tmp_path):
+    tc = dataclasses.replace(detect_toolchain(), nvcc=None, nvcc_version=None, torch_cuda=None)
+    start_pch_builds(BuildConfig(cache_dir=tmp_path), tc)
+    wait_for_background_pch()
+    spec = default_spec(tc)
+    flags = cxx_flags(spec, tc, spec.checked_flags())
+    assert not spec.with_cuda
+    assert recorded_builds == [("torch", PchStore(tmp_path / "pch").key(tc, flags), flags, False)]
+
+
+@needs_nvcc
+def test_with_cuda_both_headers_are_built_ahead_for_the_default_flags(recorded_builds, tmp_path):
+    tc = dataclasses.replace(detect_toolchain("9.0a"), torch_cuda="13.0")  # as if torch were a CUDA build
+    start_pch_builds(BuildConfig(cache_dir=tmp_path), tc)
+    wait_for_background_pch()
+    spec = default_spec(tc)
+    assert spec.with_cuda
+    # The key a candidate with default flags computes for itself.
+    work = tmp_path / "candidate"
+    work.mkdir()
+    cmd = nvcc_command(_spec(), tc, _spec().checked_flags(), "some_candidate")
+    host_key = HostPchStore(tmp_path / "pch").key(tc, plan_split(cmd, work, compiler_env(work)), work)
+    assert sorted((kind, key, blocking) for kind, key, _, blocking in recorded_builds) == [
+        ("host", host_key, False), ("torch", PchStore(tmp_path / "pch").key(tc, cxx_flags(spec, tc, spec.checked_flags())),
+                                    False)]
+    assert not list((tmp_path / "tmp").iterdir())  # the dry run's scratch directory is gone
+
+
+def test_pch_off_builds_nothing_ahead(recorded_builds, tmp_path):
+    start_pch_builds(BuildConfig(cache_dir=tmp_path, pch="off"), detect_toolchain())
+    wait_for_background_pch()
+    assert recorded_builds == []
+
+
+def test_a_pool_starts_the_headers_and_waits_for_them_on_shutdown(recorded_builds, tmp_path):
+    pool = BuildPool(BuildConfig(cache_dir=tmp_path))
+    assert recorded_builds == []  # building in the background
+    pool.shutdown()
+    assert [kind for kind, *_ in recorded_builds].count("torch") == 1
+
+
+def test_an_evaluators_prebuilder_starts_the_headers_before_any_candidate(recorded_builds, tmp_path):
+    prebuilder = Prebuilder(EvalConfig(build_cache_dir=str(tmp_path)))
+    prebuilder.close()  # no candidate came; it still waits for the headers' compilers
+    assert [kind for kind, *_ in recorded_builds].count("torch") == 1

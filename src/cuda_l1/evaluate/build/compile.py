@@ -7,7 +7,9 @@ same flags and defines, plus what makes it fast:
 - the CUDA TU gets <torch/types.h> instead of <torch/extension.h> when that is safe (`translation_units.py`);
 - nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200);
 - nvcc's steps run as two parallel chains (`nvcc_split.py`), and its final host compile loads the
-  implicit headers' part of cudafe++'s output precompiled (`host_pch.py`).
+  implicit headers' part of cudafe++'s output precompiled (`host_pch.py`);
+- both precompiled headers for the default flags start building when a `BuildPool` or the evaluator's
+  `Prebuilder` starts (`start_pch_builds`), so the first candidate finds them ready.
 
 Measured on a 2-core EPYC VM (shared, so CPU seconds are the steady figure), gcc 12.2, nvcc 13.0,
 torch 2.13 CPU, `benchmarks/compile_time.py` candidate (one elementwise kernel + one binding):
@@ -30,19 +32,20 @@ import hashlib
 import json
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.flags import names_gpu_arch
 from cuda_l1.evaluate.build.host_pch import HostPchStore
-from cuda_l1.evaluate.build.pch import PchStore, pch_used, strip_include_trace
+from cuda_l1.evaluate.build.pch import PchStore, pch_used, start_in_background, strip_include_trace
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
-from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, in_parallel, run_command
+from cuda_l1.evaluate.build.procs import CommandResult, allow_reads, compiler_env, in_parallel, run_command
 from cuda_l1.evaluate.build.translation_units import (IMPLICIT_CPP_HEADER, IMPLICIT_CUDA_HEADERS, MISSING_NAME,
                                             cpp_translation_unit, cuda_translation_unit, declared_module_name)
 from cuda_l1.evaluate.build.spec import ExtensionSpec
-from cuda_l1.evaluate.build.toolchain import Toolchain
+from cuda_l1.evaluate.build.toolchain import Toolchain, detect_toolchain
 
 # Bump whenever the recipe changes what a build produces. 3: compilers confined; 4: one nvcc module id
 # for every build (it is in the object's anonymous-namespace symbol names), so that the host compile
@@ -287,3 +290,45 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
                               transient=any(_transient(r) for r in failed), timings=timings, notes=notes)
     return CompileOutcome(True, module, library, "", "".join(log), timings=timings, notes=notes)
 
+
+def default_spec(toolchain: Toolchain) -> ExtensionSpec:
+    """A candidate with default flags: CUDA where CUDA builds can succeed (nvcc and a CUDA torch)."""
+    cuda = bool(toolchain.nvcc and toolchain.torch_cuda)
+    return ExtensionSpec.from_load_inline_args(name="pch_default", cpp_sources="",
+                                               cuda_sources="\n" if cuda else None)
+
+
+def start_pch_builds(config: BuildConfig, toolchain: Toolchain | None = None) -> None:
+    """Start building, in the background and at low priority, the precompiled headers a candidate with
+    default flags uses (torch/extension.h; nvcc's host prefix where CUDA builds can happen), so the
+    first one finds them ready. Runs no candidate code; `wait_for_background_pch` waits for it."""
+    if config.pch == "off":
+        return
+    root = config.resolved_cache_dir()
+    allow_reads(root)
+
+    def torch_header():
+        tc = toolchain or detect_toolchain(config.arch)
+        spec = default_spec(tc)
+        flags = cxx_flags(spec, tc, spec.checked_flags())
+        store = PchStore(root / "pch")
+        store.build(store.key(tc, flags), tc, flags, config.timeout_s, blocking=False)
+
+    def host_prefix():
+        tc = toolchain or detect_toolchain(config.arch)
+        spec = default_spec(tc)
+        if not spec.with_cuda or not config.split_nvcc:  # the prefix serves only split builds
+            return
+        cmd = nvcc_command(spec, tc, spec.checked_flags(), module_name_for(spec, "0" * 16))
+        (root / "tmp").mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="pch-plan.", dir=root / "tmp"))
+        try:  # the dry run alone, for the key; the store probes in a directory of its own
+            plan = plan_split(cmd, scratch, compiler_env(scratch))
+            key = HostPchStore(root / "pch").key(tc, plan, scratch) if plan is not None else None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if key is not None:
+            HostPchStore(root / "pch").build(key, tc, cmd, config.timeout_s, blocking=False)
+
+    start_in_background("pch-default", torch_header)
+    start_in_background("pch-default-host", host_prefix)
