@@ -2,15 +2,21 @@
 
 Measures, for a representative candidate (one CUDA elementwise kernel plus one bound function,
 the CUDA source including <torch/extension.h> as candidates write it):
-  cold            fresh cache directory, precompiled header not built yet (default config)
-  warm_toolchain  precompiled header built, source never built before
-  cached          the same source again
-  stock           torch.utils.cpp_extension.load_inline in a fresh TORCH_EXTENSIONS_DIR
+  cold_pchs_building      fresh cache directory: neither precompiled header (torch/extension.h for
+                          the binding TU, nvcc's host prefix for the .cu) is built yet; the build
+                          starts them in the background and compiles without (default config)
+  cold_source_pchs_ready  both precompiled headers built, source never built before: what a
+                          candidate meets once the evaluator has started (it builds both at start)
+  cached                  the same source again
+  stock_load_inline       torch.utils.cpp_extension.load_inline in a fresh TORCH_EXTENSIONS_DIR
+Each build's `detail` holds its steps' times and its notes (`pch`, `host_pch`: used or why not).
 Without a GPU (no CUDA torch to link against) it measures the C++-only variant of the candidate
 and says so in the JSON; `--cuda-object` adds the `.cu` -> object compile alone, which works
-wherever nvcc is installed (as written vs slim headers, plain vs split nvcc).
+wherever nvcc is installed (as written vs slim headers, plain vs split nvcc, split with the host
+prefix precompiled, whose one-time build it times too); `--no-builds` measures only that.
 
     python benchmarks/compile_time.py --out benchmarks/results/compile_time_h200.json --repeats 3
+    python benchmarks/compile_time.py --out cu.json --no-builds --cuda-object --object-variants slim_split,slim_split_host_pch
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -34,8 +41,9 @@ import torch
 from cuda_l1.evaluate.build import (BuildConfig, ExtensionSpec, build_extension, detect_toolchain, load_built,
                                     wait_for_background_pch)
 from cuda_l1.evaluate.build.compile import nvcc_command
+from cuda_l1.evaluate.build.host_pch import HostPchStore
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
-from cuda_l1.evaluate.build.procs import compiler_env, run_command
+from cuda_l1.evaluate.build.procs import allow_reads, compiler_env, run_command
 from cuda_l1.evaluate.build.translation_units import cuda_translation_unit
 
 CUDA_SOURCE = r"""
@@ -128,30 +136,82 @@ def stock(variant: str, salt: str) -> float:
         shutil.rmtree(ext_dir, ignore_errors=True)
 
 
-def cuda_object(repeats: int) -> dict:
-    """The .cu -> .o compile alone: as written (what stock compiles), slim, slim + split nvcc."""
+OBJECT_VARIANTS = {  # name: (slim headers, split nvcc, host prefix precompiled)
+    "as_written_plain": (False, False, False), "slim_plain": (True, False, False),
+    "slim_split": (True, True, False), "slim_split_host_pch": (True, True, True)}
+
+
+def _compile_object(slim: bool, split: bool, store: HostPchStore | None, tc) -> tuple[object, dict]:
+    """One new candidate's .cu -> .o; its result and, split, its chains' timings."""
+    spec = ExtensionSpec.from_load_inline_args(**load_inline_args("cuda", uuid.uuid4().hex[:8]))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "cuda.cu").write_text(cuda_translation_unit(spec.cuda_sources, slim)[0])
+        cmd = nvcc_command(spec, tc, spec.checked_flags(), spec.name)
+        env = compiler_env(work)
+        plan = plan_split(cmd, work, env) if split else None
+        if plan is None:
+            return run_command("cuda", cmd, cwd=work, env=env, timeout_s=900, label="bench"), {}
+        prefix = None
+        if store is not None:
+            prefix, offered = store.for_build(store.key(tc, plan, work), tc, cmd, "wait", 900)
+            if prefix is None:
+                raise RuntimeError(f"no host prefix PCH ({offered})")
+        run = run_split(plan, cmd, cwd=work, timeout_s=900, label="bench", host_prefix=prefix)
+        if store is not None and run.result.ok and run.host_pch != "used":
+            raise RuntimeError(f"the host prefix PCH was not used: {run.host_pch}")
+        return run.result, run.timings
+
+
+def host_pch_build(store: HostPchStore, tc) -> dict:
+    """The one-time probe and PCH build of the benchmark candidate's host prefix."""
+    spec = ExtensionSpec.from_load_inline_args(**load_inline_args("cuda", uuid.uuid4().hex[:8]))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cmd = nvcc_command(spec, tc, spec.checked_flags(), spec.name)
+        key = store.key(tc, plan_split(cmd, work, compiler_env(work)), work)
+    start = time.perf_counter()
+    prefix = store.build(key, tc, cmd, 900)
+    wall = time.perf_counter() - start
+    if prefix is None:
+        raise RuntimeError((store.store.root / key / "pch.log").read_text()[-3000:])
+    gch = prefix.header.with_name(prefix.header.name + ".gch")
+    steps = re.findall(r"^\[(\w+): exit \d+, ([\d.]+)s wall, ([\d.]+)s cpu\]$",
+                       (store.store.root / key / "pch.log").read_text(), re.M)
+    return {"wall_s": round(wall, 3), "gch_mb": round(gch.stat().st_size / 1e6, 1),
+            "prefix_mb": round(prefix.header.stat().st_size / 1e6, 1),
+            "steps": [{"step": name, "wall_s": float(w), "cpu_s": float(c)} for name, w, c in steps]}
+
+
+def cuda_object(repeats: int, variants: list[str]) -> dict:
+    """The .cu -> .o compile alone per variant (as written, i.e. what stock compiles; slim; slim +
+    split nvcc; the same with the host prefix precompiled), a new candidate each time, the variants
+    interleaved so that a busy spell of the machine hits them alike."""
     tc = detect_toolchain()
     out: dict = {}
-    for label, slim, split in (("as_written_plain", False, False), ("slim_plain", True, False),
-                               ("slim_split", True, True)):
-        walls, cpus = [], []
+    root = Path(tempfile.mkdtemp(prefix="host-pch-bench-"))
+    try:
+        store = None
+        if "slim_split_host_pch" in variants:
+            allow_reads(root)
+            store = HostPchStore(root / "pch")
+            out["host_pch_build"] = host_pch_build(store, tc)
+        runs: dict = {v: {"wall": [], "cpu": [], "steps": []} for v in variants}
         for _ in range(repeats):
-            spec = ExtensionSpec.from_load_inline_args(**load_inline_args("cuda", uuid.uuid4().hex[:8]))
-            with tempfile.TemporaryDirectory() as tmp:
-                work = Path(tmp)
-                (work / "cuda.cu").write_text(cuda_translation_unit(spec.cuda_sources, slim)[0])
-                cmd = nvcc_command(spec, tc, spec.checked_flags(), spec.name)
-                env = compiler_env(work)
-                plan = plan_split(cmd, work, env, "bench") if split else None
-                if plan is not None:
-                    res, _ = run_split(plan, cmd, cwd=work, timeout_s=900, label="bench")
-                else:
-                    res = run_command("cuda", cmd, cwd=work, env=env, timeout_s=900, label="bench")
+            for variant in variants:
+                slim, split, with_prefix = OBJECT_VARIANTS[variant]
+                res, steps = _compile_object(slim, split, store if with_prefix else None, tc)
                 if not res.ok:
                     raise RuntimeError(res.output[-3000:])
-                walls.append(res.wall_s)
-                cpus.append(res.cpu_s)
-        out[label] = {"wall": summary(walls), "cpu": summary(cpus)}
+                runs[variant]["wall"].append(res.wall_s)
+                runs[variant]["cpu"].append(res.cpu_s)
+                runs[variant]["steps"].append(steps)
+        for variant, r in runs.items():
+            out[variant] = {"wall": summary(r["wall"]), "cpu": summary(r["cpu"]), "steps": r["steps"]}
+            if r["steps"] and r["steps"][0]:
+                out[variant]["host_compile_wall"] = summary([s["cuda_host_compile"]["wall_s"] for s in r["steps"]])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     return out
 
 
@@ -176,7 +236,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each measurement")
     parser.add_argument("--skip-stock", action="store_true", help="do not time stock load_inline")
     parser.add_argument("--cuda-object", action="store_true", help="also time the .cu -> .o compile alone")
+    parser.add_argument("--object-variants", default=",".join(OBJECT_VARIANTS),
+                        help=f"comma-separated, of {', '.join(OBJECT_VARIANTS)}")
+    parser.add_argument("--no-builds", action="store_true", help="skip the load_inline builds (cold, ready, cached)")
     args = parser.parse_args(argv)
+    variants = [v for v in args.object_variants.split(",") if v]
+    unknown = sorted(set(variants) - set(OBJECT_VARIANTS))
+    if unknown:
+        parser.error(f"unknown --object-variants {unknown}")
 
     variant = "cuda" if torch.cuda.is_available() else "cpp"
     report: dict = {"command": " ".join([sys.executable, *sys.argv]) if argv is None else " ".join(argv),
@@ -187,29 +254,36 @@ def main(argv: list[str] | None = None) -> dict:
                           "a C++ loop instead of the kernel); CUDA numbers need the GPU machine")
     root = Path(tempfile.mkdtemp(prefix="compile-bench-"))
     try:
-        cold, cold_steps = [], []
-        for i in range(args.repeats):
-            t, detail = ours(variant, root / f"cold{i}", uuid.uuid4().hex[:8])
-            cold.append(t)
-            cold_steps.append(detail)
-            wait_for_background_pch()  # the PCH it started must not slow the next measurement
-        warm_dir = root / f"cold{args.repeats - 1}"  # its PCH is built now
-        warm, warm_steps = [], []
-        for _ in range(args.repeats):
-            t, detail = ours(variant, warm_dir, uuid.uuid4().hex[:8])
-            warm.append(t)
-            warm_steps.append(detail)
-        salt = uuid.uuid4().hex[:8]
-        ours(variant, warm_dir, salt)
-        cached = [ours(variant, warm_dir, salt)[0] for _ in range(args.repeats)]
-        report["cold"] = {**summary(cold), "detail": cold_steps}
-        report["warm_toolchain"] = {**summary(warm), "detail": warm_steps}
-        report["cached"] = summary(cached)
-        if not args.skip_stock:
-            stock_runs = [stock(variant, uuid.uuid4().hex[:8]) for _ in range(args.repeats)]
-            report["stock_load_inline"] = summary(stock_runs)
+        if not args.no_builds:
+            report["labels"] = {
+                "cold_pchs_building": "fresh cache: no precompiled header built yet; the build starts them "
+                                      "in the background and compiles without",
+                "cold_source_pchs_ready": "both precompiled headers (torch/extension.h, nvcc's host prefix) "
+                                          "built, source never built before",
+                "cached": "the same source again"}
+            cold, cold_steps = [], []
+            for i in range(args.repeats):
+                t, detail = ours(variant, root / f"cold{i}", uuid.uuid4().hex[:8])
+                cold.append(t)
+                cold_steps.append(detail)
+                wait_for_background_pch()  # the PCHs it started must not slow the next measurement
+            ready_dir = root / f"cold{args.repeats - 1}"  # its PCHs are built now
+            ready, ready_steps = [], []
+            for _ in range(args.repeats):
+                t, detail = ours(variant, ready_dir, uuid.uuid4().hex[:8])
+                ready.append(t)
+                ready_steps.append(detail)
+            salt = uuid.uuid4().hex[:8]
+            ours(variant, ready_dir, salt)
+            cached = [ours(variant, ready_dir, salt)[0] for _ in range(args.repeats)]
+            report["cold_pchs_building"] = {**summary(cold), "detail": cold_steps}
+            report["cold_source_pchs_ready"] = {**summary(ready), "detail": ready_steps}
+            report["cached"] = summary(cached)
+            if not args.skip_stock:
+                stock_runs = [stock(variant, uuid.uuid4().hex[:8]) for _ in range(args.repeats)]
+                report["stock_load_inline"] = summary(stock_runs)
         if args.cuda_object and detect_toolchain().nvcc:
-            report["cuda_object"] = cuda_object(args.repeats)
+            report["cuda_object"] = cuda_object(args.repeats, variants)
     finally:
         wait_for_background_pch()
         shutil.rmtree(root, ignore_errors=True)
@@ -220,4 +294,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     result = main()
-    print(json.dumps({k: v.get("median_s") for k, v in result.items() if isinstance(v, dict) and "median_s" in v}))
+    medians = {k: v.get("median_s") for k, v in result.items() if isinstance(v, dict) and "median_s" in v}
+    medians.update({f"cuda_object.{k}": v["wall"]["median_s"] for k, v in result.get("cuda_object", {}).items()
+                    if "wall" in v})
+    print(json.dumps(medians))

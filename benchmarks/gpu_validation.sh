@@ -16,7 +16,8 @@
 #   audit       `cuda-l1 audit` of AUDIT_SOLUTIONS (default .data/cuda-l1/h100.jsonl) into runs/audit, then
 #               that run directory archived as OUT/audit-run.tgz even when the limit stopped it (reruns
 #               resume from it: unpack it into runs/audit and carry it to the next run)
-#   compile-time  the cold / warm-toolchain / cached `load_inline` build (compile_time.py, no stock build)
+#   compile-time  the `load_inline` build: cold with the precompiled headers building, cold source with
+#               them ready, cached (compile_time.py, no stock build)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).

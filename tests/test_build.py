@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 import torch
@@ -307,9 +308,10 @@ def test_cuda_source_compiles_to_an_object_split_and_plain(tmp_path):
         if mode == "plain":
             res = run_command("cuda", cmd, cwd=work, env=env, timeout_s=300, label="nvcc-test")
         else:
-            plan = plan_split(cmd, work, env, "nvcc-test")
+            plan = plan_split(cmd, work, env)
             assert plan is not None, "nvcc --dryrun had an unknown shape"
-            res, timings = run_split(plan, cmd, cwd=work, timeout_s=300, label="nvcc-test")
+            res, timings, host_pch = run_split(plan, cmd, cwd=work, timeout_s=300, label="nvcc-test")
+            assert host_pch is None  # no precompiled prefix offered
             assert set(timings) == {"cuda_host_front", "cuda_device", "cuda_host_compile"}
         assert res.ok, res.output
         objects[mode] = _nm(work / "cuda.cuda.o")
@@ -327,9 +329,9 @@ def test_cuda_compile_error_reads_like_nvcc(tmp_path):
     text, _ = cuda_translation_unit(spec.cuda_sources, slim=False)
     (tmp_path / "cuda.cu").write_text(text)
     cmd = nvcc_command(spec, detect_toolchain("9.0a"), spec.checked_flags(), "bad_mod")
-    plan = plan_split(cmd, tmp_path, compiler_env(tmp_path), "k")
+    plan = plan_split(cmd, tmp_path, compiler_env(tmp_path))
     assert plan is not None
-    res, _ = run_split(plan, cmd, cwd=tmp_path, timeout_s=300, label="nvcc-test")
+    res = run_split(plan, cmd, cwd=tmp_path, timeout_s=300, label="nvcc-test").result
     assert not res.ok and 'cuda.cu(2): error: identifier "undefined_thing" is undefined' in res.output
     assert res.output.count("error: identifier") == 1  # the device chain's copy is not shown twice
 
@@ -342,9 +344,23 @@ def test_cuda_extension_builds_loads_and_runs_on_gpu(config):
     result = build_extension(spec, BuildConfig(cache_dir=config.cache_dir, pch="off"))
     assert result.ok, result.error
     assert result.notes["cuda_headers"] == "slim" and result.notes["nvcc"] == "split"
+    assert result.notes["pch"] == result.notes["host_pch"] == "off"
     module = load_built(result)
     x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
     torch.testing.assert_close(module.axpy(x, y, 2.0), 2.0 * x + y)
+
+
+@pytest.mark.gpu
+def test_cuda_extension_built_on_both_precompiled_headers_runs_on_gpu(config):
+    spec = ExtensionSpec.from_load_inline_args(
+        name="axpy_pch_ext", cpp_sources="torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a);",
+        cuda_sources=CUDA_SRC, functions=["axpy"])
+    result = build_extension(spec, config)  # "wait": both headers are built first
+    assert result.ok, result.error
+    assert result.notes["pch"] == result.notes["host_pch"] == "used"
+    module = load_built(result)
+    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    torch.testing.assert_close(module.axpy(x, y, 3.0), 3.0 * x + y)
 
 
 SHARED_ID_SRC = r"""
@@ -370,15 +386,12 @@ torch::Tensor affine(torch::Tensor x) {
 
 
 @pytest.mark.gpu
-def test_two_extensions_with_one_nvcc_module_id_run_side_by_side(tmp_path, monkeypatch):
+def test_two_extensions_with_one_nvcc_module_id_run_side_by_side(tmp_path):
     """Every split build names the same nvcc module id (so the host compile can share one precompiled
     prefix): two extensions whose anonymous-namespace device symbols then have the same names must
     still each reach their own, loaded in one process and called in turn."""
-    from cuda_l1.evaluate.build import nvcc_split
+    from cuda_l1.evaluate.build.nvcc_split import MODULE_ID
 
-    ids = []
-    constant = nvcc_split.label_module_id("0" * 16)
-    monkeypatch.setattr(nvcc_split, "label_module_id", lambda key: ids.append(key) or constant)
     pool = BuildPool(BuildConfig(cache_dir=tmp_path, pch="off"))
     specs = [ExtensionSpec.from_load_inline_args(
         name=f"affine_{tag}", cpp_sources="torch::Tensor affine(torch::Tensor x);",
@@ -389,7 +402,8 @@ def test_two_extensions_with_one_nvcc_module_id_run_side_by_side(tmp_path, monke
     finally:
         pool.shutdown(wait=True)
     assert all(r.ok for r in results), [r.error for r in results]
-    assert len(ids) == 2 and all(r.notes["nvcc"] == "split" for r in results)
+    assert all(r.notes["nvcc"] == "split" for r in results)
+    assert all(MODULE_ID.encode() in Path(r.so_path).read_bytes() for r in results)  # the id is in both
     a, b = (load_built(r) for r in results)
     x = torch.randn(1 << 16, device="cuda")
     for _ in range(2):

@@ -14,7 +14,7 @@ import importlib
 
 _EXPORTS = {
     "BuildCache": "cache", "BuildResult": "cache", "build_extension": "cache",
-    "RECIPE_VERSION": "compile", "build_key": "compile",
+    "RECIPE_VERSION": "compile", "build_key": "compile", "start_pch_builds": "compile",
     "BuildConfig": "build_config", "default_cache_dir": "build_config",
     "BuildError": "build_errors", "CompileError": "build_errors",
     "static_specs": "extract",

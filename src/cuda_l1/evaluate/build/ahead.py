@@ -29,13 +29,20 @@ class Prebuilder:
         self._pool = None
         self._lock = threading.Lock()
         self.stats = {"candidates": 0, "extensions": 0, "skipped": 0}  # skipped: extraction or pool errors
+        # The pool starts on the first candidate; its precompiled headers start now, so that candidate
+        # finds them ready.
+        from cuda_l1.evaluate.build import BuildConfig
+        from cuda_l1.evaluate.build.compile import start_pch_builds
+
+        start_pch_builds(BuildConfig(cache_dir=self.cache_dir))
 
     def _build_pool(self):
         with self._lock:
             if self._pool is None:
                 from cuda_l1.evaluate.build import BuildConfig, BuildPool
 
-                self._pool = BuildPool(BuildConfig(cache_dir=self.cache_dir), max_workers=self.max_workers)
+                self._pool = BuildPool(BuildConfig(cache_dir=self.cache_dir), max_workers=self.max_workers,
+                                       start_pch=False)  # started in __init__
             return self._pool
 
     def submit(self, source: str) -> list[Future]:
@@ -56,8 +63,12 @@ class Prebuilder:
         return futures
 
     def close(self) -> None:
-        """Drop queued builds and wait for running ones (so no compiler outlives the pool)."""
+        """Drop queued builds and wait for running ones and the precompiled headers' (so no compiler
+        outlives the pool)."""
+        from cuda_l1.evaluate.build import wait_for_background_pch
+
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_pending=True)
+        wait_for_background_pch()

@@ -23,8 +23,9 @@ class BuildConfig:
 
     cache_dir: str | os.PathLike | None = setting(None, "where builds live; None: default_cache_dir()")
     arch: str | None = setting(None, 'GPU archs ("9.0a", "8.0;9.0+PTX"); None: TORCH_CUDA_ARCH_LIST, local GPU, 9.0a')
-    pch: str = setting("auto", 'torch/extension.h precompiled header: "auto" (use if built, else build it in the '
-                       'background and compile without), "wait" (build it first), "off"')
+    pch: str = setting("auto", 'precompiled headers (torch/extension.h for the binding TU, the implicit headers '
+                       'in nvcc\'s host compile): "auto" (use if built, else build in the background and compile '
+                       'without), "wait" (build first), "off"')
     slim_cuda_headers: bool = setting(True, "give .cu files <torch/types.h> for <torch/extension.h> when safe")
     split_nvcc: bool = setting(True, "run nvcc's host and device front ends side by side (nvcc_split.py)")
     timeout_s: float = setting(900.0, "limit per compiler or linker command")

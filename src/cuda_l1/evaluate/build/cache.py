@@ -29,6 +29,7 @@ from pathlib import Path
 from cuda_l1.evaluate.build.compile import build_key, compile_extension
 from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.build_errors import CompileError
+from cuda_l1.evaluate.build.host_pch import HostPchStore
 from cuda_l1.evaluate.build.pch import PchStore
 from cuda_l1.evaluate.build.spec import ExtensionSpec
 from cuda_l1.evaluate.build.toolchain import Toolchain, detect_toolchain
@@ -185,8 +186,9 @@ def build_extension(spec: ExtensionSpec, config: BuildConfig | None = None,
         cache.discard(key)  # whatever is left is not a usable entry
         workdir = cache.new_workdir(key)
         pch = None if config.pch == "off" else PchStore(cache.root / "pch")
+        host_pch = None if config.pch == "off" else HostPchStore(cache.root / "pch")
         try:
-            outcome = compile_extension(spec, toolchain, key, workdir, config, pch)
+            outcome = compile_extension(spec, toolchain, key, workdir, config, pch, host_pch)
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise

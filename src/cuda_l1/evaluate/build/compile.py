@@ -5,7 +5,11 @@ same flags and defines, plus what makes it fast:
 - the binding TU (`main.cpp`, c++) and the CUDA TU (`cuda.cu`, nvcc) run as two processes at once;
 - the binding TU loads a precompiled <torch/extension.h> (see `pch.py`);
 - the CUDA TU gets <torch/types.h> instead of <torch/extension.h> when that is safe (`translation_units.py`);
-- nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200).
+- nvcc targets only the local GPU, arch-specific (`-gencode arch=compute_90a,code=sm_90a` on H200);
+- nvcc's steps run as two parallel chains (`nvcc_split.py`), and its final host compile loads the
+  implicit headers' part of cudafe++'s output precompiled (`host_pch.py`);
+- both precompiled headers for the default flags start building when a `BuildPool` or the evaluator's
+  `Prebuilder` starts (`start_pch_builds`), so the first candidate finds them ready.
 
 Measured on a 2-core EPYC VM (shared, so CPU seconds are the steady figure), gcc 12.2, nvcc 13.0,
 torch 2.13 CPU, `benchmarks/compile_time.py` candidate (one elementwise kernel + one binding):
@@ -16,6 +20,9 @@ torch 2.13 CPU, `benchmarks/compile_time.py` candidate (one elementwise kernel +
     slim (<torch/types.h>): 22-24 s CPU; slim + split nvcc: 18.1 s wall on an idle pair of cores
     (host front end 11.0 s, device chain 7.7 s, then host compile 5.9 s).
   So a cold CUDA build here is bounded by the .cu TU: ~18 s vs ~55 s; the binding TU runs beside it.
+  With the host prefix precompiled (host_pch.py) the .cu's host compile takes 2.5-3.2 s instead of
+    7.1-8.1 s and the whole .cu 19.9-23.3 s instead of 26.1-29.1 s (medians of 3, a busier VM than
+    above); its one-time build per flag set takes ~36 s (423 MB).
 The module name is `<name>_<key prefix>` so two candidates' modules never collide in one process.
 """
 
@@ -25,20 +32,25 @@ import hashlib
 import json
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.flags import names_gpu_arch
-from cuda_l1.evaluate.build.pch import PchStore, pch_used, strip_include_trace
+from cuda_l1.evaluate.build.host_pch import HostPchStore
+from cuda_l1.evaluate.build.pch import PchStore, pch_used, start_in_background, strip_include_trace
 from cuda_l1.evaluate.build.nvcc_split import plan_split, run_split
-from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, in_parallel, run_command
+from cuda_l1.evaluate.build.procs import CommandResult, allow_reads, compiler_env, in_parallel, run_command
 from cuda_l1.evaluate.build.translation_units import (IMPLICIT_CPP_HEADER, IMPLICIT_CUDA_HEADERS, MISSING_NAME,
                                             cpp_translation_unit, cuda_translation_unit, declared_module_name)
 from cuda_l1.evaluate.build.spec import ExtensionSpec
-from cuda_l1.evaluate.build.toolchain import Toolchain
+from cuda_l1.evaluate.build.toolchain import Toolchain, detect_toolchain
 
-RECIPE_VERSION = "3"  # bump whenever the recipe changes what a build produces (3: compilers confined)
+# Bump whenever the recipe changes what a build produces. 3: compilers confined; 4: one nvcc module id
+# for every build (it is in the object's anonymous-namespace symbol names), so that the host compile
+# can share one precompiled prefix.
+RECIPE_VERSION = "4"
 # The defines and options stock load_inline gives every nvcc compile.
 COMMON_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
@@ -70,7 +82,7 @@ class CompileOutcome:
     log: str  # full commands and outputs
     transient: bool = False  # timed out, killed or out of memory: says more about the machine, not cached
     timings: dict = field(default_factory=dict)  # step -> {"wall_s", "cpu_s"}, plus "total_s"
-    notes: dict = field(default_factory=dict)  # pch: used/rejected/building/off/none; cuda_headers
+    notes: dict = field(default_factory=dict)  # pch, host_pch: used/rejected/building/off/none...; cuda_headers
 
 
 def _include_flags(spec_includes, toolchain: Toolchain, with_cuda: bool) -> list[str]:
@@ -167,23 +179,30 @@ def _log_step(res: CommandResult) -> str:
             f"{res.wall_s:.2f}s wall, {res.cpu_s:.2f}s cpu]\n\n")
 
 
-def _run_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key: str,
-              timings: dict, notes: dict) -> CommandResult:
-    """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc."""
+def compile_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key: str, toolchain: Toolchain,
+                 host_store: HostPchStore | None) -> tuple[CommandResult, dict, dict]:
+    """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc; the host
+    compile on the precompiled prefix when there is one (`host_store` None: never). Returns the
+    result, the chains' timings and notes: `nvcc` (split/plain), `host_pch` (used, rejected, failed,
+    mismatch: see `HostPrefix.compile`; building, none, off: none offered; ready: offered, but nvcc
+    stopped before its host compile). nvcc's intermediates stay in `workdir/nvcc`."""
     # With --threads the candidate asked nvcc to compile several archs at once; keep nvcc's way.
     wants_threads = any(f.startswith("--threads") for f in cmd)
-    plan = plan_split(cmd, workdir, env, key) if config.split_nvcc and not wants_threads else None
-    notes["nvcc"] = "split" if plan is not None else "plain"
+    plan = plan_split(cmd, workdir, env) if config.split_nvcc and not wants_threads else None
     if plan is None:
-        return run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key)
-    result, chain_timings = run_split(plan, cmd, cwd=workdir, timeout_s=config.timeout_s, label=key)
-    timings.update(chain_timings)
-    return result
+        return (run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key), {},
+                {"nvcc": "plain", "host_pch": "off"})
+    prefix, offered = (None, "off") if host_store is None else host_store.for_build(
+        host_store.key(toolchain, plan, workdir), toolchain, cmd, config.pch, config.timeout_s)
+    run = run_split(plan, cmd, cwd=workdir, timeout_s=config.timeout_s, label=key, host_prefix=prefix)
+    return run.result, run.timings, {"nvcc": "split", "host_pch": run.host_pch or offered}
 
 
 def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workdir: Path,
-                      config: BuildConfig, pch_store: PchStore | None) -> CompileOutcome:
-    """Compile and link `spec` inside `workdir` (which must exist and be empty)."""
+                      config: BuildConfig, pch_store: PchStore | None,
+                      host_store: HostPchStore | None = None) -> CompileOutcome:
+    """Compile and link `spec` inside `workdir` (which must exist and be empty); the stores hold the
+    precompiled headers (None: compile without)."""
     checked = spec.checked_flags()
     module = module_name_for(spec, key)
     library = f"{module}{toolchain.ext_suffix}"
@@ -224,7 +243,17 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         (workdir / "cuda.cu").write_text(text)
         notes["cuda_headers"] = "slim" if slimmed else "as written"
         cu_cmd = nvcc_command(spec, toolchain, checked, module)
-        calls["cuda"] = lambda: _run_cuda(cu_cmd, workdir, env, config, key, timings, notes)
+        # A source without the implicit headers shares no prefix with others worth precompiling.
+        cu_host_store = None if spec.no_implicit_headers else host_store
+
+        def _cuda() -> CommandResult:
+            result, cuda_timings, cuda_notes = compile_cuda(cu_cmd, workdir, env, config, key, toolchain,
+                                                            cu_host_store)
+            timings.update(cuda_timings)
+            notes.update(cuda_notes)
+            return result
+
+        calls["cuda"] = _cuda
         objects.append("cuda.cuda.o")
 
     results = in_parallel(calls)
@@ -239,7 +268,7 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         text, _ = cuda_translation_unit(spec.cuda_sources, False)
         (workdir / "cuda.cu").write_text(text)
         notes["cuda_headers"] = "as written (slim failed)"
-        results["cuda"] = _run_cuda(cu_cmd, workdir, env, config, key, timings, notes)
+        results["cuda"] = _cuda()
     for res in results.values():
         log.append(_log_step(res))
         timings[res.name] = {"wall_s": round(res.wall_s, 3), "cpu_s": round(res.cpu_s, 3)}
@@ -260,3 +289,46 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         return CompileOutcome(False, module, None, error, "".join(log),
                               transient=any(_transient(r) for r in failed), timings=timings, notes=notes)
     return CompileOutcome(True, module, library, "", "".join(log), timings=timings, notes=notes)
+
+
+def default_spec(toolchain: Toolchain) -> ExtensionSpec:
+    """A candidate with default flags: CUDA where CUDA builds can succeed (nvcc and a CUDA torch)."""
+    cuda = bool(toolchain.nvcc and toolchain.torch_cuda)
+    return ExtensionSpec.from_load_inline_args(name="pch_default", cpp_sources="",
+                                               cuda_sources="\n" if cuda else None)
+
+
+def start_pch_builds(config: BuildConfig, toolchain: Toolchain | None = None) -> None:
+    """Start building, in the background and at low priority, the precompiled headers a candidate with
+    default flags uses (torch/extension.h; nvcc's host prefix where CUDA builds can happen), so the
+    first one finds them ready. Runs no candidate code; `wait_for_background_pch` waits for it."""
+    if config.pch == "off":
+        return
+    root = config.resolved_cache_dir()
+    allow_reads(root)
+
+    def torch_header():
+        tc = toolchain or detect_toolchain(config.arch)
+        spec = default_spec(tc)
+        flags = cxx_flags(spec, tc, spec.checked_flags())
+        store = PchStore(root / "pch")
+        store.build(store.key(tc, flags), tc, flags, config.timeout_s, blocking=False)
+
+    def host_prefix():
+        tc = toolchain or detect_toolchain(config.arch)
+        spec = default_spec(tc)
+        if not spec.with_cuda or not config.split_nvcc:  # the prefix serves only split builds
+            return
+        cmd = nvcc_command(spec, tc, spec.checked_flags(), module_name_for(spec, "0" * 16))
+        (root / "tmp").mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="pch-plan.", dir=root / "tmp"))
+        try:  # the dry run alone, for the key; the store probes in a directory of its own
+            plan = plan_split(cmd, scratch, compiler_env(scratch))
+            key = HostPchStore(root / "pch").key(tc, plan, scratch) if plan is not None else None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if key is not None:
+            HostPchStore(root / "pch").build(key, tc, cmd, config.timeout_s, blocking=False)
+
+    start_in_background("pch-default", torch_header)
+    start_in_background("pch-default-host", host_prefix)

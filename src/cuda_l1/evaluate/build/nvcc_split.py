@@ -6,13 +6,23 @@ cudafe++'s output, which includes the fatbinary. The two front ends are independ
 cudafe++ writes a "module id" file that cicc reads; writing that file ourselves lets both chains
 run at once. Everything else is exactly what `nvcc --dryrun` prints, run with the environment it
 prints, so flags, defines and outputs are nvcc's own; any dry-run shape we do not recognise means
-"run plain nvcc" instead.
+"run plain nvcc" instead. The one addition: the final host compile may load the implicit headers'
+part of cudafe++'s output precompiled (`host_pch.HostPrefix`), with the same object as a result,
+and falls back to nvcc's own line whenever that does not apply.
 
 Measured for the benchmark's one-kernel `.cu` with <torch/types.h> (nvcc 13.0, gcc 12, idle
 2-core VM, CPU s): host preprocess + cudafe++ 11.0, device preprocess + cicc + ptxas 7.7, host
 compile 5.9; plain nvcc 24.1 s wall, split 18.1 s wall (the gain needs a free second core; on a
 loaded machine it is nil). The object has the same symbols as plain nvcc's, apart from the module
 id inside anonymous-namespace names.
+
+The module id is one constant (`MODULE_ID`) rather than nvcc's per-file hash: cudafe++ writes it into
+the first ~13 MB of `cudafe1.cpp` (cccl's anonymous namespace), and with one id that text is the same
+for every candidate built with the same flags, so the host compile can load it precompiled
+(`host_pch.py`). Two extensions with one id never meet: the id only names hidden or local symbols
+(no `_GLOBAL__N_` symbol is exported from a linked library), each library registers its own
+fatbinary and so gets its own CUmodule, and relocatable-device-code builds (nvlink, where ids must
+differ) never take this path. A GPU test loads two such extensions side by side.
 """
 
 from __future__ import annotations
@@ -22,14 +32,17 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
 from cuda_l1.evaluate.build.procs import CommandResult, run_command
 
 KEEP_DIR = "nvcc"  # intermediates, inside the build directory
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z")
+# In nvcc's shape, `_<hex8>_<length>_<file>_<hex8>`; the same for every build (see the docstring).
+MODULE_ID = "_00000000_7_cuda_cu_00000000"
 
 
 @dataclass
@@ -48,7 +61,7 @@ def _prog(line: str) -> str:
     return os.path.basename(first)
 
 
-def plan_split(nvcc_cmd: Sequence[str], workdir: Path, env: dict, module_id: str) -> SplitPlan | None:
+def plan_split(nvcc_cmd: Sequence[str], workdir: Path, env: dict) -> SplitPlan | None:
     """Ask nvcc for its commands; None when they are not the shape this module knows."""
     keep = workdir / KEEP_DIR
     keep.mkdir(exist_ok=True)
@@ -109,11 +122,31 @@ def _chain(name: str, lines: list[str], cwd: Path, env: dict, deadline: float, l
                          "".join(outputs), bool(last and last.timed_out))
 
 
-def run_split(plan: SplitPlan, nvcc_cmd: Sequence[str], *, cwd: Path, timeout_s: float,
-              label: str) -> tuple[CommandResult, dict]:
-    """Run the plan; returns one result that reads like plain nvcc's, and per-chain timings."""
+class HostPrefix(Protocol):
+    """A precompiled start of cudafe++'s output (`host_pch.HostPrefix`)."""
+
+    def compile(self, line: str, cwd: Path,
+                run: Callable[[str], CommandResult]) -> tuple[str, CommandResult | None]: ...
+
+
+class SplitRun(NamedTuple):
+    """What `run_split` did."""
+
+    result: CommandResult  # one result that reads like plain nvcc's
+    timings: dict  # per chain: wall_s, cpu_s
+    host_pch: str | None  # the precompiled prefix's outcome (HostPrefix.compile); None: none offered
+
+
+def write_module_id(plan: SplitPlan) -> None:
+    """The file cudafe++ and cicc read the module id from (nvcc would have cudafe++ write it)."""
     plan.module_id_file.parent.mkdir(parents=True, exist_ok=True)
-    plan.module_id_file.write_text(label_module_id(label))
+    plan.module_id_file.write_text(MODULE_ID)
+
+
+def run_split(plan: SplitPlan, nvcc_cmd: Sequence[str], *, cwd: Path, timeout_s: float, label: str,
+              host_prefix: HostPrefix | None = None) -> SplitRun:
+    """Run the plan; the host compile loads `host_prefix`'s precompiled header when it can."""
+    write_module_id(plan)
     deadline = time.monotonic() + timeout_s
     start = time.perf_counter()
     chains: dict[str, CommandResult] = {}
@@ -130,18 +163,38 @@ def run_split(plan: SplitPlan, nvcc_cmd: Sequence[str], *, cwd: Path, timeout_s:
     order = [chains["host_front"], chains["device"]]
     # nvcc stops at the first failing stage; report what it would have printed.
     shown = order[:1] if not order[0].ok else order
+    host_pch = None
     if all(c.ok for c in order):
-        chains["host_compile"] = _chain("host_compile", plan.host_compile, cwd, plan.env, deadline, label)
+        chains["host_compile"], host_pch = _host_compile(plan, cwd, deadline, label, host_prefix)
         shown = order + [chains["host_compile"]]
     failed = next((c for c in shown if not c.ok), None)
     result = CommandResult("cuda", list(nvcc_cmd), failed.returncode if failed else 0,
                            time.perf_counter() - start, sum(c.cpu_s for c in chains.values()),
                            "".join(c.output for c in shown), any(c.timed_out for c in chains.values()))
     timings = {f"cuda_{n}": {"wall_s": round(c.wall_s, 3), "cpu_s": round(c.cpu_s, 3)} for n, c in chains.items()}
-    return result, timings
+    return SplitRun(result, timings, host_pch)
 
 
-def label_module_id(key: str) -> str:
-    """A module id in nvcc's shape (`_<hex8>_<len>_<file>_<hex8>`), unique per build key."""
-    digits = re.sub(r"[^0-9a-f]", "", key.lower()).ljust(16, "0")
-    return f"_{digits[:8]}_7_cuda_cu_{digits[8:16]}"
+def run_host_compile(plan: SplitPlan, *, cwd: Path, timeout_s: float, label: str,
+                     host_prefix: HostPrefix | None = None) -> tuple[CommandResult, str | None]:
+    """The host compile alone, on what the two chains left in `cwd` (to time it, or to redo it):
+    its result and the precompiled prefix's outcome (None: none offered)."""
+    return _host_compile(plan, cwd, time.monotonic() + timeout_s, label, host_prefix)
+
+
+def _host_compile(plan: SplitPlan, cwd: Path, deadline: float, label: str,
+                  host_prefix: HostPrefix | None) -> tuple[CommandResult, str | None]:
+    """The host compile on the precompiled prefix when it applies, else (or after any failure on
+    it) on cudafe++'s text exactly as nvcc runs it; the time of a failed try counts too."""
+    def run(lines: list[str]) -> CommandResult:
+        return _chain("host_compile", lines, cwd, plan.env, deadline, label)
+
+    if host_prefix is None:
+        return run(plan.host_compile), None
+    outcome, tried = host_prefix.compile(plan.host_compile[0], cwd, lambda line: run([line]))
+    if outcome == "used":
+        return tried, outcome
+    plain = run(plan.host_compile)
+    if tried is not None:
+        plain = replace(plain, wall_s=plain.wall_s + tried.wall_s, cpu_s=plain.cpu_s + tried.cpu_s)
+    return plain, outcome

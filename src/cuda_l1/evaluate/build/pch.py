@@ -25,10 +25,10 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cuda_l1.evaluate.build.procs import compiler_env, run_command
+from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, run_command
 from cuda_l1.evaluate.build.toolchain import Toolchain
 
 PCH_HEADER = "torch_extension_pch.h"
@@ -53,10 +53,11 @@ def strip_include_trace(output: str) -> str:
 
 
 class PchStore:
-    """Precompiled headers under `<cache>/pch/<key>/`."""
+    """Precompiled headers under `<cache>/pch/<key>/`, each `<key>/<header_name>` beside its .gch."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, header_name: str = PCH_HEADER):
         self.root = Path(root)
+        self.header_name = header_name
 
     def key(self, toolchain: Toolchain, flags: Sequence[str]) -> str:
         material = {"cxx": toolchain.cxx, "cxx_version": toolchain.cxx_version,
@@ -64,12 +65,12 @@ class PchStore:
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
 
     def header(self, key: str) -> Path:
-        return self.root / key / PCH_HEADER
+        return self.root / key / self.header_name
 
     def ready(self, key: str) -> Path | None:
         """The header to `-include` when its .gch exists."""
         hdr = self.header(key)
-        return hdr if hdr.with_name(PCH_HEADER + ".gch").exists() else None
+        return hdr if hdr.with_name(self.header_name + ".gch").exists() else None
 
     def failed(self, key: str) -> bool:
         return (self.root / key / "failed").exists()
@@ -78,6 +79,22 @@ class PchStore:
               blocking: bool = True) -> Path | None:
         """Build the PCH unless present; returns the header path, or None when it failed (or,
         non-blocking, when another builder holds the lock)."""
+        def compile_header(kdir: Path, hdr: Path, tmp: Path, nice: list[str]) -> list[CommandResult]:
+            hdr.write_text(_HEADER_TEXT)
+            cmd = [*nice, toolchain.cxx, *flags, "-x", "c++-header", str(hdr), "-o", str(tmp)]
+            return [run_command("pch", cmd, cwd=kdir, env=compiler_env(kdir), timeout_s=timeout_s,
+                                label=f"pch:{key}")]
+
+        return self.build_once(key, compile_header, blocking)
+
+    def build_once(self, key: str, make: Callable[[Path, Path, Path, list[str]], list[CommandResult]],
+                   blocking: bool) -> Path | None:
+        """Run `make(key dir, header, temporary .gch, nice prefix)` under the key's lock unless the
+        PCH is there or failed before; the .gch appears in one rename, so `ready` never sees half
+        of one. A command that fails (not by timing out) leaves a "failed" marker: never again
+        (a user of the PCH may leave one too)."""
+        if self.failed(key):
+            return None
         if self.ready(key):
             return self.header(key)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -86,45 +103,48 @@ class PchStore:
                 fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
             except BlockingIOError:
                 return None
-            if self.ready(key):
-                return self.header(key)
             if self.failed(key):
                 return None
+            if self.ready(key):
+                return self.header(key)
             kdir = self.root / key
             kdir.mkdir(exist_ok=True)
             hdr = self.header(key)
-            hdr.write_text(_HEADER_TEXT)
             tmp = kdir / f"tmp.{os.getpid()}.{threading.get_ident()}.gch"
-            cmd = [toolchain.cxx, *flags, "-x", "c++-header", str(hdr), "-o", str(tmp)]
-            if not blocking and shutil.which("nice"):
-                cmd = ["nice", "-n", "19", *cmd]  # in the background: only idle CPU, never a build's
-            res = run_command("pch", cmd, cwd=kdir, env=compiler_env(kdir), timeout_s=timeout_s,
-                              label=f"pch:{key}")
-            (kdir / "pch.log").write_text(
-                f"$ {' '.join(cmd)}\n{res.output}\n[exit {res.returncode}, {res.wall_s:.1f}s wall, "
-                f"{res.cpu_s:.1f}s cpu]\n")
-            if not res.ok:
+            # In the background: only idle CPU, never a build's.
+            nice = ["nice", "-n", "19"] if not blocking and shutil.which("nice") else []
+            results = make(kdir, hdr, tmp, nice)
+            (kdir / "pch.log").write_text("".join(
+                f"$ {' '.join(r.cmd)}\n{r.output}\n[{r.name}: exit {r.returncode}, {r.wall_s:.1f}s wall, "
+                f"{r.cpu_s:.1f}s cpu]\n" for r in results))
+            if not results or not all(r.ok for r in results):
                 tmp.unlink(missing_ok=True)
-                if not res.timed_out:
-                    (kdir / "failed").write_text(res.output[-4000:])
+                if not any(r.timed_out for r in results):
+                    (kdir / "failed").write_text("".join(r.output for r in results)[-4000:])
                 return None
-            os.replace(tmp, hdr.with_name(PCH_HEADER + ".gch"))
+            os.replace(tmp, hdr.with_name(self.header_name + ".gch"))
             return hdr
 
     def build_in_background(self, key: str, toolchain: Toolchain, flags: Sequence[str],
                             timeout_s: float) -> None:
         """Start building the PCH in a daemon thread unless someone already is."""
-        def _run():
-            try:
-                self.build(key, toolchain, flags, timeout_s, blocking=False)
-            except OSError:
-                pass  # a PCH is an optimisation: losing it costs time, never correctness
+        start_in_background(f"pch-{key[:8]}", lambda: self.build(key, toolchain, flags, timeout_s,
+                                                                 blocking=False))
 
-        with _background_lock:
-            _background[:] = [t for t in _background if t.is_alive()]
-            thread = threading.Thread(target=_run, name=f"pch-{key[:8]}", daemon=True)
-            _background.append(thread)
-        thread.start()
+
+def start_in_background(name: str, build: Callable[[], object]) -> None:
+    """Run `build` in a daemon thread that `wait_for_background_pch` waits for."""
+    def _run():
+        try:
+            build()
+        except Exception:
+            pass  # a PCH is an optimisation: losing it costs time, never correctness
+
+    with _background_lock:
+        _background[:] = [t for t in _background if t.is_alive()]
+        thread = threading.Thread(target=_run, name=name, daemon=True)
+        _background.append(thread)
+    thread.start()
 
 
 def wait_for_background_pch(timeout_s: float | None = None) -> None:
