@@ -235,9 +235,12 @@ class Referee:
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
         timed_since, order = None, None
+        ahead: RoundInputs | None = None  # the next round's inputs, made during the pause after verification
         while True:
             with self.phase("inputs"):
-                pristine = self._fresh_inputs(max(plan.values()))
+                count = max(plan.values())
+                pristine = ahead if ahead is not None and len(ahead) == count else self._fresh_inputs(count)
+                ahead = None
             pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own
             order = timing.window_order([env.ref, self.cand], order if pair % 2 else None, self.rng)
             first = rounds == 0
@@ -282,9 +285,17 @@ class Referee:
             self.cand.proc.watch()
             with self.phase("verification"):
                 self.verify_round(rounds)
-                timing.settle(tc.settle_s if cfg.device.startswith("cuda") else 0.0)
             if self.status is not None:
                 return
+            if cfg.device.startswith("cuda") and tc.settle_s > 0:
+                # The pause is for the reference's process, which stays stopped through it: the parent
+                # makes the next round's inputs meanwhile (the plan's count, unless the warm-up changes it).
+                resume_at = time.perf_counter() + tc.settle_s
+                pristine = None  # checked and verified: its memory goes to the next inputs, not beside them
+                with self.phase("inputs"):
+                    ahead = self._fresh_inputs(max(plan.values()))
+                with self.phase("settle"):
+                    timing.settle(resume_at - time.perf_counter())
             rounds += 1
             if rounds == 1:  # the first calls' JIT compilers ran unpinned; every later window runs pinned
                 env.pin_for_timing(env.ref.proc)
