@@ -213,7 +213,9 @@ class Evaluator:
             verdict.status = OK
             verdict.raw_speedup, verdict.ci = est.point, [est.lo, est.hi]
             verdict.reference_ms, verdict.candidate_ms = est.reference_ms, est.candidate_ms
-            verdict.speedup = est.score if referee.unresolved is None else 1.0
+            # Unmeasured windows can only lower a score: a slow candidate that made the reference's windows
+            # unresolved (by forcing one call a window, say) keeps the score its own windows earn.
+            verdict.speedup = est.score if referee.unresolved is None else min(est.score, 1.0)
             verdict.timing = {**referee.timing, **verdict.timing}
         # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
         verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}

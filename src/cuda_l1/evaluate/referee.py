@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import random
 import secrets
+import statistics
 import time
 
 from cuda_l1.evaluate import output_checks, timing, verify, windows
@@ -37,6 +38,7 @@ class Referee:
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
         self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
+        self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
         self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
         self.config = config
         self.source = source
@@ -318,8 +320,8 @@ class Referee:
                 # shortens its windows, to keep them within 20 target lengths.
                 per_call = {side.name: max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
                             for side in (env.ref, self.cand)}
-                n = min(timing.calls_for(per_call["reference"], tc.window_s, env.n_slots),
-                        timing.calls_for(per_call["candidate"], 20 * tc.window_s, env.n_slots))
+                reference_n = timing.calls_for(per_call["reference"], tc.window_s, env.n_slots)
+                n = min(reference_n, timing.calls_for(per_call["candidate"], 20 * tc.window_s, env.n_slots))
                 plan = {"reference": n, "candidate": n}
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
@@ -328,6 +330,21 @@ class Referee:
                         overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)
+            if n == tc.min_rounds and not self.replanned and plan["candidate"] < reference_n:
+                # The candidate's warm-up windows shortened everyone's (a slow candidate's are capped at
+                # 20 target lengths). Slow in its warm-up alone (one call a window puts both sides in
+                # the fixed overhead, toward 1.00), it is timed again with the count its recorded calls allow.
+                recorded_s = statistics.median(cand_ms) / 1e3
+                wider = min(reference_n, timing.calls_for(recorded_s, 20 * tc.window_s, env.n_slots))
+                if wider >= 2 * plan["candidate"]:
+                    self.replanned = {"from": plan["candidate"], "to": wider}
+                    plan = {"reference": wider, "candidate": wider}
+                    ref_ms, cand_ms, self.candidate_first = [], [], []
+                    self.at_overhead = {"reference": 0, "candidate": 0}
+                    with self.phase("null_windows"):
+                        overhead_s = self.null_windows(self._fresh_inputs(wider))
+                    timed_since = time.monotonic()
+                    continue
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
                 self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first)
             self.stopped = timing.stop_reason(
@@ -360,6 +377,8 @@ class Referee:
                                     hidden, self.env.quiet.idle_s, self.phases)
         self.timing["stopped"] = self.stopped
         self.timing["windows_at_overhead"] = dict(self.at_overhead)
+        if self.replanned:
+            self.timing["replanned"] = self.replanned
         self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s)
         self._check("timing_resolved", self.unresolved is None, self.unresolved or "", blocking=False)
         if self.thresholds:

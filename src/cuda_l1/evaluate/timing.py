@@ -54,7 +54,7 @@ def resolution_note(at_overhead_counts: dict[str, int], rounds: int, overhead_s:
         return None
     return (f"{shares[worst]:.0%} of the {worst}'s recorded windows took no longer than the fixed overhead "
             f"taken off each window ({overhead_s * 1e3:.3g} ms): the calls' time is lost in it, so the speedup "
-            f"is not measured and scores 1.00")
+            f"is not measured and scores at most 1.00")
 
 
 def calls_for(per_call_s: float, target_s: float, max_calls: int) -> int:

@@ -1,0 +1,37 @@
+# reference: tiny_relu
+# expect: ok
+# speedup_at_most: 0.5
+# Genuinely slower (about 8 small matmuls a call beside the relu, ~0.1x), it sleeps through two warm-up
+# windows so that every recorded window is sized to one call: both sides then sit in the fixed cost of
+# a window and the ratio goes toward 1 (scored 0.69-1.00 before the re-plan; honest, it scores ~0.1).
+import importlib
+import time
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.randn(96, 96)
+
+    def forward(self, x):
+        for _ in range(8):
+            self.w @ self.w
+        return torch.relu(x)
+
+
+_harness = importlib.import_module("cuda_l1.evaluate." + "child")
+_run = _harness.Side.run
+_windows = {"n": 0}
+
+
+def _slow_warmup(self, msg):
+    _windows["n"] += 1
+    if 2 <= _windows["n"] <= 3:
+        time.sleep(0.45 * len(msg.slots))
+    return _run(self, msg)
+
+
+_harness.Side.run = _slow_warmup
