@@ -179,6 +179,14 @@ class Referee:
 
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
+        if cand.input_ranges:  # CPU: the input buffer is still mapped once, where the harness mapped it
+            try:
+                now = mapped_inputs(cand)
+            except ChildFailure:
+                now = None
+            if now != cand.input_ranges:  # a second mapping would give outputs that are views of the inputs
+                self._fail("no_input_aliasing", REJECTED, "the side mapped its input buffer again, or elsewhere")
+                return
         calls = cand.ran.calls
         expected = len(ref.ran.calls[0].leaves) if ref.ran.calls else 0
         if any(len(call.leaves) != expected for call in calls):  # before anything costs per leaf
