@@ -409,3 +409,25 @@ def test_two_extensions_with_one_nvcc_module_id_run_side_by_side(tmp_path):
     for _ in range(2):
         torch.testing.assert_close(a.affine(x), 2.0 * x + 1.0)
         torch.testing.assert_close(b.affine(x), 3.0 * x - 1.0)
+
+
+def test_cancelled_compilers_end_at_once_and_are_no_failure(tmp_path):
+    """An interrupted owner kills its compilers (procs.cancel_running): they end at once, and nothing
+    treats them as a verdict on the code (no failed marker on a precompiled header, nothing cached)."""
+    from cuda_l1.evaluate.build import procs
+    from cuda_l1.evaluate.build.pch import PchStore
+
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.setdefault("result", procs.run_command(
+        "pch", ["sleep", "30"], cwd=tmp_path, env=procs.compiler_env(tmp_path), timeout_s=60, label="cancel-test")))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not procs._live and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert procs.cancel_running() >= 1
+    runner.join(10)
+    result = done["result"]
+    assert result.cancelled and not result.ok and not result.timed_out and result.wall_s < 10
+    store = PchStore(tmp_path / "pch")
+    assert store.build_once("k", lambda kdir, hdr, tmp, nice: [result], blocking=True) is None
+    assert not store.failed("k")  # the next build of this flag set tries again

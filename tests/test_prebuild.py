@@ -140,7 +140,7 @@ class ControlledPrebuilder:
                 return [self.futures[marker]]
         return []
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
         self.closed = True
 
 

@@ -356,7 +356,7 @@ class LocalPool(EvalPool):
         self._closed = True
         self._closing = True
         if self.prebuilder is not None:
-            self.prebuilder.close()
+            self.prebuilder.close(cancel=self._aborting)
         for proc, inbox in self._slots:
             try:
                 inbox.put(None)

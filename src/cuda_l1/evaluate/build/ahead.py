@@ -62,13 +62,17 @@ class Prebuilder:
         self.stats["extensions"] += len(futures)
         return futures
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
         """Drop queued builds and wait for running ones and the precompiled headers' (so no compiler
-        outlives the pool)."""
+        outlives the pool); `cancel` (an interrupted owner): kill them instead of waiting, nothing of
+        them cached or marked failed."""
         from cuda_l1.evaluate.build import wait_for_background_pch
+        from cuda_l1.evaluate.build.procs import cancel_running
 
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_pending=True)
+            pool.shutdown(wait=not cancel, cancel_pending=True)
+        if cancel:
+            cancel_running()
         wait_for_background_pch()

@@ -77,7 +77,7 @@ class HostPrefix:
         finally:
             source.write_bytes(text)
         if not pch_used(tried.output):
-            if not tried.timed_out:  # stopped by the clock, it may not have got as far as the .gch
+            if not (tried.timed_out or tried.cancelled):  # stopped early, it may not have reached the .gch
                 (self.header.parent / "failed").write_text(strip_include_trace(tried.output)[-4000:])
             return "rejected", tried
         if not tried.ok:

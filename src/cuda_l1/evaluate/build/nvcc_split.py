@@ -119,7 +119,7 @@ def _chain(name: str, lines: list[str], cwd: Path, env: dict, deadline: float, l
         if not last.ok:
             break
     return CommandResult(name, lines, last.returncode if last else 0, time.perf_counter() - start, cpu,
-                         "".join(outputs), bool(last and last.timed_out))
+                         "".join(outputs), bool(last and last.timed_out), bool(last and last.cancelled))
 
 
 class HostPrefix(Protocol):
@@ -170,7 +170,8 @@ def run_split(plan: SplitPlan, nvcc_cmd: Sequence[str], *, cwd: Path, timeout_s:
     failed = next((c for c in shown if not c.ok), None)
     result = CommandResult("cuda", list(nvcc_cmd), failed.returncode if failed else 0,
                            time.perf_counter() - start, sum(c.cpu_s for c in chains.values()),
-                           "".join(c.output for c in shown), any(c.timed_out for c in chains.values()))
+                           "".join(c.output for c in shown), any(c.timed_out for c in chains.values()),
+                           any(c.cancelled for c in chains.values()))
     timings = {f"cuda_{n}": {"wall_s": round(c.wall_s, 3), "cpu_s": round(c.cpu_s, 3)} for n, c in chains.items()}
     return SplitRun(result, timings, host_pch)
 

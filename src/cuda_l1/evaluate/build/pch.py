@@ -119,7 +119,7 @@ class PchStore:
                 f"{r.cpu_s:.1f}s cpu]\n" for r in results))
             if not results or not all(r.ok for r in results):
                 tmp.unlink(missing_ok=True)
-                if not any(r.timed_out for r in results):
+                if not any(r.timed_out or r.cancelled for r in results):
                     (kdir / "failed").write_text("".join(r.output for r in results)[-4000:])
                 return None
             os.replace(tmp, hdr.with_name(self.header_name + ".gch"))

@@ -21,6 +21,10 @@ from pathlib import Path
 
 _runs: Counter = Counter()
 _runs_lock = threading.Lock()
+# Process groups of the commands running now, and those stopped by `cancel_running` (an interrupted
+# owner): a cancelled command says so, so that nothing caches or marks it as a failure.
+_live: set[int] = set()
+_cancelled: set[int] = set()
 
 # The only variables compilers get: nothing that injects flags (NVCC_APPEND_FLAGS, CPATH, ...) and
 # changes the output behind the cache key's back, and no credentials of the trusted process.
@@ -82,10 +86,11 @@ class CommandResult:
     cpu_s: float  # user + system seconds of the command and its children
     output: str  # stdout and stderr together
     timed_out: bool  # killed for running past the limit
+    cancelled: bool = False  # killed because its owner stopped (cancel_running): says nothing of the code
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.cancelled
 
 
 def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_s: float,
@@ -95,9 +100,10 @@ def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_
         _runs[label] += 1
     out_path = Path(cwd) / f".{name}.out"
     start = time.perf_counter()
-    with open(out_path, "wb") as out:
+    with open(out_path, "wb") as out, _runs_lock:  # registered before cancel_running can look
         proc = subprocess.Popen(jailed(cmd, Path(cwd), env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        _live.add(proc.pid)
     timed_out = threading.Event()
 
     def _kill():
@@ -114,12 +120,30 @@ def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_
         _, status, usage = os.wait4(proc.pid, 0)
     finally:
         timer.cancel()
+        with _runs_lock:
+            _live.discard(proc.pid)
+            cancelled = proc.pid in _cancelled
+            _cancelled.discard(proc.pid)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen consistent
     wall = time.perf_counter() - start
     output = out_path.read_text(errors="replace")
     out_path.unlink(missing_ok=True)
     return CommandResult(name, list(cmd), proc.returncode, wall, usage.ru_utime + usage.ru_stime,
-                         output, timed_out.is_set())
+                         output, timed_out.is_set(), cancelled)
+
+
+def cancel_running() -> int:
+    """Kill every compiler command this process runs now (its owner was interrupted); returns how many.
+    Their results say `cancelled`, so nothing is cached or marked failed because of it."""
+    with _runs_lock:
+        pids = list(_live)
+        _cancelled.update(pids)
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
 
 
 def in_parallel(calls: dict) -> dict:
