@@ -431,3 +431,22 @@ def test_cancelled_compilers_end_at_once_and_are_no_failure(tmp_path):
     store = PchStore(tmp_path / "pch")
     assert store.build_once("k", lambda kdir, hdr, tmp, nice: [result], blocking=True) is None
     assert not store.failed("k")  # the next build of this flag set tries again
+
+
+def test_only_common_flags_start_a_header_build(tmp_path):
+    """A candidate's own -D (unique per candidate if it likes) uses a precompiled header that exists
+    but starts none: each costs a compile of torch's headers and hundreds of megabytes."""
+    from cuda_l1.evaluate.build import pch
+    from cuda_l1.evaluate.build.compile import headers_worth_building
+
+    def spec(**flags):
+        return ExtensionSpec.from_load_inline_args(name="add_ext", cpp_sources=ADD_SRC, functions=["add_scaled"],
+                                                   **flags)
+
+    assert headers_worth_building(spec()) and headers_worth_building(spec(extra_cflags=["-O3", "-std=c++17"]))
+    assert headers_worth_building(spec(extra_cuda_cflags=["-O3", "--use_fast_math", "-lineinfo"]))
+    assert not headers_worth_building(spec(extra_cflags=["-O3 -DSALT=7349120"]))
+    result = build_extension(spec(extra_cflags=["-DSALT=7349120"]), BuildConfig(cache_dir=tmp_path, pch="auto"))
+    assert result.ok, result.error
+    assert result.notes["pch"] == "none"
+    assert not any(t.is_alive() for t in pch._background) and not list((tmp_path / "pch").glob("*/*.gch"))

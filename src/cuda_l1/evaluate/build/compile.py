@@ -56,6 +56,20 @@ COMMON_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIO
                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                      "--expt-relaxed-constexpr")
 MAX_ERROR_CHARS = 6000
+# Candidate flags for which a missing precompiled header is built in the background: optimisation,
+# debug-info, warning and language-standard flags that many candidates share. Any other flag (a -D
+# above all, unique per candidate if it likes) still uses a header that exists but starts none: each
+# is a compile of the whole of torch's headers, and hundreds of megabytes (an adversarial reading
+# started one per candidate).
+_COMMON_FLAG = re.compile(r"-O[0-3s]|-g|-lineinfo|--?use_fast_math|-ffast-math|-funroll-loops|-w|-Wall|-Wextra"
+                          r"|-fPIC|--?std=c\+\+(14|17|20)|--expt-(relaxed-constexpr|extended-lambda)"
+                          r"|(-Xptxas|--ptxas-options)[= ].*|-Xptxas")
+
+
+def headers_worth_building(spec: ExtensionSpec) -> bool:
+    """Whether a build of `spec` may start building the precompiled headers it lacks."""
+    checked = spec.checked_flags()
+    return not checked["includes"] and all(_COMMON_FLAG.fullmatch(f) for f in (*checked["cxx"], *checked["nvcc"]))
 
 
 def build_key(spec: ExtensionSpec, toolchain: Toolchain, config: BuildConfig) -> str:
@@ -180,7 +194,7 @@ def _log_step(res: CommandResult) -> str:
 
 
 def compile_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, key: str, toolchain: Toolchain,
-                 host_store: HostPchStore | None) -> tuple[CommandResult, dict, dict]:
+                 host_store: HostPchStore | None, may_start_header: bool = True) -> tuple[CommandResult, dict, dict]:
     """nvcc on cuda.cu: its two front ends in parallel when possible, else plain nvcc; the host
     compile on the precompiled prefix when there is one (`host_store` None: never). Returns the
     result, the chains' timings and notes: `nvcc` (split/plain), `host_pch` (used, rejected, failed,
@@ -192,8 +206,9 @@ def compile_cuda(cmd: list[str], workdir: Path, env: dict, config: BuildConfig, 
     if plan is None:
         return (run_command("cuda", cmd, cwd=workdir, env=env, timeout_s=config.timeout_s, label=key), {},
                 {"nvcc": "plain", "host_pch": "off"})
+    mode = "use" if config.pch == "auto" and not may_start_header else config.pch
     prefix, offered = (None, "off") if host_store is None else host_store.for_build(
-        host_store.key(toolchain, plan, workdir), toolchain, cmd, config.pch, config.timeout_s)
+        host_store.key(toolchain, plan, workdir), toolchain, cmd, mode, config.timeout_s)
     run = run_split(plan, cmd, cwd=workdir, timeout_s=config.timeout_s, label=key, host_prefix=prefix)
     return run.result, run.timings, {"nvcc": "split", "host_pch": run.host_pch or offered}
 
@@ -222,7 +237,7 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         header = pch_store.ready(pkey)
         if header is None and config.pch == "wait":
             header = pch_store.build(pkey, toolchain, base, config.timeout_s)
-        elif header is None and not pch_store.failed(pkey):
+        elif header is None and not pch_store.failed(pkey) and headers_worth_building(spec):
             pch_store.build_in_background(pkey, toolchain, base, config.timeout_s)
             notes["pch"] = "building"
         notes.setdefault("pch", "none")
@@ -248,7 +263,7 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
 
         def _cuda() -> CommandResult:
             result, cuda_timings, cuda_notes = compile_cuda(cu_cmd, workdir, env, config, key, toolchain,
-                                                            cu_host_store)
+                                                            cu_host_store, headers_worth_building(spec))
             timings.update(cuda_timings)
             notes.update(cuda_notes)
             return result

@@ -117,13 +117,14 @@ class HostPchStore:
     def for_build(self, key: str, toolchain: Toolchain, nvcc_cmd: Sequence[str], mode: str,
                   timeout_s: float) -> tuple[HostPrefix | None, str]:
         """The prefix a build may use now, or None and why ("off", "building", "none"). `mode` is
-        `BuildConfig.pch`: "wait" builds it first, "auto" starts building it in the background."""
+        `BuildConfig.pch`: "wait" builds it first, "auto" starts building it in the background; or
+        "use": one that exists, none started (compile.headers_worth_building)."""
         if mode == "off":
             return None, "off"
         prefix = self.prefix(key)
         if prefix is None and mode == "wait":
             prefix = self.build(key, toolchain, nvcc_cmd, timeout_s)
-        elif prefix is None and not self.failed(key):
+        elif prefix is None and mode == "auto" and not self.failed(key):
             self.build_in_background(key, toolchain, nvcc_cmd, timeout_s)
             return None, "building"
         return prefix, "ready" if prefix is not None else "none"
