@@ -285,15 +285,9 @@ class SideProcess:
                 raise ChildFailure("rejected", f"the side sent an invalid frame ({exc})") from None
 
     def decode(self, frame: bytes, expect: type | None = None, max_calls: int | None = None):
-        """Authenticate, parse and validate a frame from recv_frame into its message. `max_calls`: a
-        reply with more calls than were asked for is refused before its leaves are validated (tens of
-        megabytes of well-formed leaves would otherwise cost the parent seconds and gigabytes)."""
+        """Authenticate, parse and validate a frame from recv_frame into its message (validate.decode)."""
         try:
-            header = self.chan.parse(frame).header
-            calls = header.get("calls") if isinstance(header, dict) else None
-            if max_calls is not None and isinstance(calls, list) and len(calls) > max_calls:
-                raise protocol.ProtocolError(f"{len(calls)} calls reported, {max_calls} asked for")
-            reply = validate.decode(header, from_side=True)
+            reply = validate.decode(self.chan.parse(frame).header, from_side=True, max_calls=max_calls)
         except (ChannelError, protocol.ProtocolError) as exc:
             self.kill("broke the protocol")
             what = "frame" if isinstance(exc, ChannelError) else "message"

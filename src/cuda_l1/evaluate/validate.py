@@ -134,14 +134,19 @@ _FROM_SIDE = {"confined": Confined, "build": BuildRequest, "loaded": Loaded, "ma
               "oracled": Oracled, "verified": Verified, "bye": Bye}
 
 
-def decode(header: dict, *, from_side: bool):
-    """The message a header holds, every field checked."""
+def decode(header: dict, *, from_side: bool, max_calls: int | None = None):
+    """The message a header holds, every field checked. `max_calls`: a reply with more calls than were
+    asked for is refused before its leaves are checked (tens of megabytes of well-formed leaves would
+    otherwise cost the parent seconds and gigabytes)."""
     if type(header) is not dict:
         raise ProtocolError("a message must be an object")
     op = header.get("op")
     table = _FROM_SIDE if from_side else _TO_SIDE
     if op not in table:
         raise ProtocolError(f"unexpected message {str(op)[:40]!r}")
+    calls = header.get("calls")
+    if max_calls is not None and type(calls) is list and len(calls) > max_calls:
+        raise ProtocolError(f"{len(calls)} calls reported, {max_calls} asked for")
     return _CHECKS[op](header)
 
 

@@ -1,9 +1,10 @@
 # reference: tiny_relu
 # expect: ok
 # speedup_at_most: 0.5
-# Genuinely slower (about 8 small matmuls a call beside the relu, ~0.1x), it sleeps through two warm-up
-# windows so that every recorded window is sized to one call: both sides then sit in the fixed cost of
-# a window and the ratio goes toward 1 (scored 0.69-1.00 before the re-plan; honest, it scores ~0.1).
+# Genuinely slower (about 8 small matmuls a call beside the relu, ~0.1x), it sleeps through its first
+# two windows (of one call each) so that the recorded ones are sized to one call: both sides then sit in the fixed cost of
+# a window and the ratio goes toward 1 (an adversarial reading scored it 0.69-1.00 on a loaded host
+# before the re-plan; measured as it is, ~0.1).
 import importlib
 import time
 
@@ -29,8 +30,8 @@ _windows = {"n": 0}
 
 def _slow_warmup(self, msg):
     _windows["n"] += 1
-    if 2 <= _windows["n"] <= 3:
-        time.sleep(0.45 * len(msg.slots))
+    if _windows["n"] <= 2:  # one call each (the first window always is; the second follows the first)
+        time.sleep(0.25 * len(msg.slots))
     return _run(self, msg)
 
 
