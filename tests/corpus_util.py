@@ -2,7 +2,7 @@
 
 Header lines (comments at the top of a candidate):
     # reference: <name of a file in corpus/refs without .py>
-    # expect: <status>
+    # expect: <status>                                   (a|b: either, where the host's speed decides)
     # check: <name of the check that must fail>          (optional; a|b: either may)
     # speedup_at_least: <x> / speedup_at_most: <x>        (optional, for ok verdicts)
 """
@@ -24,6 +24,9 @@ class Case:
     expect: str
     check: str | None = None
     bounds: dict = field(default_factory=dict)
+
+    def expects(self, status: str) -> bool:
+        return status in self.expect.split("|")
 
     def caught(self, verdict) -> bool:
         """Whether the check this case names (or one of `a|b`) failed in the verdict."""

@@ -161,7 +161,7 @@ class Channel:
         lengths = [_BLOB_LEN.unpack_from(self._buffer, _PREFIX.size + i * _BLOB_LEN.size)[0] for i in range(n_blobs)]
         body = head_len + sum(lengths)
         if body > self.max_frame_bytes:
-            raise ChannelError(f"frame of {body} bytes exceeds the limit of {self.max_frame_bytes}")
+            raise ChannelError(f"a frame of {body} bytes, over the {self.max_frame_bytes} bytes this message may take")
         total = _PREFIX.size + n_blobs * _BLOB_LEN.size + body + _MAC_BYTES
         self._fill(total, deadline)
         frame = bytes(self._buffer[:total])

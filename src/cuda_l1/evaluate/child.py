@@ -165,9 +165,12 @@ class Side:
         structure, leaves = flatten_outputs(out)
         refs = []
         for leaf in leaves:
-            typename = type(leaf).__module__ + "." + type(leaf).__qualname__
+            # Strings cut here as the parent cuts them (validate.py): a call's record stays within
+            # the bytes the parent allows it (reply_limit.py).
+            typename = (type(leaf).__module__ + "." + type(leaf).__qualname__)[:200]
             if not isinstance(leaf, torch.Tensor):
-                value = leaf if leaf is None or isinstance(leaf, (bool, int, float, str)) else repr(leaf)[:200]
+                value = leaf if leaf is None or isinstance(leaf, (bool, int, float)) else (
+                    leaf[:300] if isinstance(leaf, str) else repr(leaf)[:200])
                 refs.append(LeafRef("value", typename, value=value))
                 continue
             if type(leaf) is not torch.Tensor or leaf.layout != torch.strided or leaf.device.type not in ("cpu", "cuda"):
@@ -193,7 +196,7 @@ class Side:
                         self.handles[key] = cudadrv.export_base(base)
                 except cudadrv.CudaDriverError as exc:  # memory no IPC handle covers (mapped, managed, pooled)
                     if self.export:
-                        refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})",
+                        refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})"[:200],
                                             device=str(leaf.device)))
                         continue
                 if self.export:

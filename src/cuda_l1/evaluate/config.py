@@ -35,7 +35,8 @@ class SandboxConfig:
     cpu_seconds: int = setting(3600, "RLIMIT_CPU")
     file_bytes: int = setting(512 * 2**20, "RLIMIT_FSIZE: largest file the side may write")
     open_files: int = setting(4096, "RLIMIT_NOFILE")
-    log_bytes: int = setting(16_000, "how much of the side's output the verdict keeps")
+    log_bytes: int = setting(16_000, "how much of the side's output (stdout and stderr) the verdict keeps: its "
+                             "first and last halves, with the count of bytes dropped between")
     scratch_root: str | None = setting(None, "where scratch directories are made (default: the system temp dir)")
     keep_scratch: bool = setting(False, "keep the scratch directory for debugging")
 

@@ -7,7 +7,8 @@ What the parent guarantees, whatever the module inside does:
   private mounts, an unprivileged uid or no capabilities, Landlock, seccomp, rlimits) before it creates
   a device context or sees candidate code — each layer probed and reported;
 - it talks to the parent only through a private, authenticated channel (channel.py) whose frames are
-  typed and validated (protocol.py); what it prints goes to a log that is never parsed;
+  typed and validated (protocol.py); what it prints is drained into a bounded log that is never parsed
+  (child_output.py: nothing of it reaches the host's disk);
 - it runs only inside its own windows: before and after, the parent stops every process of its tree
   (its cgroup's freezer, else SIGSTOP) and checks that none used CPU time while stopped (`freeze`, `thaw`);
 - its outputs are read by the parent from its memory (remote.py), never taken from its reports;
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from cuda_l1.evaluate import protocol, side_memory, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import PARENT_SEND_TIMEOUT_S, Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key, unread_bytes
+from cuda_l1.evaluate.child_output import ChildOutput
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
@@ -62,7 +64,7 @@ class SideProcess:
     proc: subprocess.Popen | None = None
     chan: Channel | None = None
     scratch: str = ""
-    log_path: str = ""
+    output: ChildOutput | None = None  # its stdout and stderr, as far as kept
     killed_for: str = ""
     inputs_fd: int = -1  # CPU: the parent's read-write memfd behind this side's input buffer
     notes: dict = field(default_factory=dict)
@@ -107,7 +109,6 @@ class SideProcess:
         if group is not None:
             group.limit_memory(self.memory_limit + config.shm_bytes)
         self.group = group
-        fd, self.log_path = tempfile.mkstemp(prefix="cuda-l1-log-", suffix=".txt")
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         passed = [p2c_r, c2p_w]
@@ -118,6 +119,8 @@ class SideProcess:
             passed.append(child_inputs)
         cmd = [sys.executable, "-u", "-m", "cuda_l1.evaluate.child", "--read-fd", str(p2c_r), "--write-fd", str(c2p_w),
                "--inputs-fd", str(child_inputs), "--device", device, "--plan", json.dumps(dataclasses.asdict(plan))]
+        self.output = ChildOutput(config.log_bytes // 2, config.log_bytes - config.log_bytes // 2)
+        fd = self.output.write_fd  # the side's stdout and stderr; the parent's copy is closed below
         try:
             self.proc = launch(cmd, config.fork_server, device, cmd[-1], p2c_r, c2p_w, child_inputs, fd, self.scratch,
                                scrubbed_env(self.scratch))
@@ -310,7 +313,7 @@ class SideProcess:
             name = signal.Signals(info.signal).name if info.signal in signal.Signals._value2member_map_ else str(info.signal)
             return f"the side's process died with signal {name}"
         if info.returncode == CONFINEMENT_FAILED and not self.notes:  # before its Confined report: not the module's own exit
-            return "the sandbox could not be applied in the side: " + self.log_tail().strip()[-400:]
+            return "the sandbox could not be applied in the side: " + self.log_tail(settle=1.0).strip()[-400:]
         if info.returncode is not None:
             return f"the side's process exited with code {info.returncode} before answering"
         return "the side's process closed its channel"
@@ -359,7 +362,7 @@ class SideProcess:
 
     def close(self, graceful: bool = True) -> str:
         """End the side (politely first), kill anything left, remove its scratch directory, and
-        return the tail of its log."""
+        return what it printed (its first and last bytes)."""
         if self.proc is not None and self.proc.poll() is None and graceful and not self.killed_for:
             try:
                 if self.frozen:
@@ -378,23 +381,18 @@ class SideProcess:
         if self.group is not None:
             self.group.remove()
             self.group = None
-        log = self.log_tail()
-        try:
-            os.unlink(self.log_path)
-        except OSError:
-            pass
+        log = self.output.close() if self.output is not None else ""
         if not self.config.keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         if hasattr(self.proc, "release"):  # forked by the fork server, which may now reap it
             self.proc.release()
         return log
 
-    def log_tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - self.config.log_bytes))
-                return fh.read().decode("utf-8", errors="replace")
-        except OSError:
+    def log_tail(self, settle: float = 0.0) -> str:
+        """What the side printed so far (its first and last bytes); `settle`: first wait up to this many
+        seconds for the end of its output (a side that has exited: what it wrote last may still be in
+        the pipe)."""
+        if self.output is None:
             return ""
+        self.output.settle(settle)
+        return self.output.text()

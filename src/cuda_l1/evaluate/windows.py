@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from cuda_l1.evaluate import timing
+from cuda_l1.evaluate import reply_limit, timing
 from cuda_l1.evaluate.protocol import BuildRequest, Run
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import Side, as_ran, serve_build
@@ -48,14 +48,17 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
         # end this one at once) must not stand in for it.
         proc.kill("sent a message it was not asked for")
         raise ChildFailure(REJECTED, "the side sent a message before it was asked for one")
+    # What the reply may take, known before it arrives: a larger frame is refused from its header.
+    limit = (reply_limit.LOAD_BYTES if first
+             else reply_limit.reply_bytes(len(slots), reply_limit.reference_leaves(env.ref.ran if env.ref else None)))
     proc.thaw()
     t_sent = time.perf_counter()
     proc.send(Run(slots, first))
-    reply, msg = proc.recv_frame(min(timeout, remaining())), None
+    reply, msg = proc.recv_frame(min(timeout, remaining()), limit), None
     # A load_inline in the first forward is served as in a load (only the first window: not recorded).
     while first and isinstance(msg := proc.decode(reply), BuildRequest):
         serve_build(proc, msg, env.build, builds, remaining())
-        reply = proc.recv_frame(min(timeout, remaining()))
+        reply = proc.recv_frame(min(timeout, remaining()), limit)
     t_reply = time.perf_counter()
     proc.freeze()
     t_frozen = time.perf_counter()

@@ -2,8 +2,8 @@
 # expect: rejected
 # check: runs_to_completion
 # From its third window on, an authenticated, well-formed reply of ~63 MB: 4096 calls of 340 leaves
-# each where one call was asked for. The parent must refuse it on the call count, before validating
-# 1.4 million leaves (which took it 23-26 s and 1.7 GB).
+# each where a few were asked for. The parent must refuse it from its frame's length header, before
+# reading it (read, authenticated and parsed, it took the parent 15 s and 1.7 GB; reply_limit.py).
 import importlib
 
 import torch
