@@ -218,7 +218,9 @@ def test_optimize_killed_with_sigkill_leaves_no_worker(tmp_path):
     """`cuda-l1 optimize` killed by pid (not by process group) while a strategy is being evaluated."""
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    (tasks / "slow.py").write_text(SLOW_TASK)
+    # Slower than SLOW_TASK: its quick evaluation (and the noise check before it) must outlast the wait
+    # for a worker to be seen evaluating on a loaded host, or the interrupt lands after the run is done.
+    (tasks / "slow.py").write_text(SLOW_TASK.replace("time.sleep(0.3)", "time.sleep(1.5)"))
     args = [sys.executable, "-m", "cuda_l1", "optimize", str(tasks), "--strategies", "eager", "--device", "cpu",
             "--quick", "--workers", "2", "--out", str(tmp_path / "run"), "--json"]
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
@@ -233,7 +235,9 @@ def test_interrupted_run_stops_at_once_without_a_traceback(tmp_path):
     sandboxed child behind (they are stopped, not waited for to finish their candidate)."""
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    (tasks / "slow.py").write_text(SLOW_TASK)
+    # Slower than SLOW_TASK: its quick evaluation (and the noise check before it) must outlast the wait
+    # for a worker to be seen evaluating on a loaded host, or the interrupt lands after the run is done.
+    (tasks / "slow.py").write_text(SLOW_TASK.replace("time.sleep(0.3)", "time.sleep(1.5)"))
     args = [sys.executable, "-m", "cuda_l1", "optimize", str(tasks), "--strategies", "eager", "--device", "cpu",
             "--quick", "--out", str(tmp_path / "run")]
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}

@@ -36,6 +36,8 @@ class Side:
     ran: Ran | None = None
     window: timing.Window | None = None
     input_ranges: list = field(default_factory=list)
+    # outputs per call in its last reply that described calls (a null window's describes none)
+    leaves_per_call: int | None = None
 
 
 MAX_BUILDS = 16  # extension builds one module may ask for

@@ -50,7 +50,7 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
         raise ChildFailure(REJECTED, "the side sent a message before it was asked for one")
     # What the reply may take, known before it arrives: a larger frame is refused from its header.
     limit = (reply_limit.LOAD_BYTES if first
-             else reply_limit.reply_bytes(len(slots), reply_limit.reference_leaves(env.ref.ran if env.ref else None)))
+             else reply_limit.reply_bytes(len(slots), env.ref.leaves_per_call if env.ref else None))
     proc.thaw()
     t_sent = time.perf_counter()
     proc.send(Run(slots, first))
@@ -70,6 +70,7 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
     # Checking the reply is the parent's work, after the window: it costs about 7 us a call
     # described, and a candidate's descriptions (with IPC handles) are longer than the reference's.
     side.ran = as_ran(proc, msg if first else proc.decode(reply, max_calls=len(slots)))
+    side.leaves_per_call = reply_limit.reference_leaves(side.ran) or side.leaves_per_call
     side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
 
 
