@@ -25,13 +25,20 @@ from cuda_l1.store import Store, candidate_id  # noqa: E402
 OUTCOMES = ("holds", "shrinks", "unmeasured", "exploit", "fails", "missing", "unclaimed", "pending")
 
 
-def progress(solutions: str, run_dir: str, device: str, hold_fraction: float = 0.9) -> dict:
+def progress(solutions: str, run_dir: str, device: str, hold_fraction: float = 0.9, module_mode: str = "eval",
+             quick: bool = False) -> dict:
+    """The table of the audit run with these settings (`cuda-l1 audit`'s on a GPU, or with --quick):
+    the verdicts of one module mode only, since a store may hold both."""
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+
+    timing = TimingConfig.quick() if quick else TimingConfig()
+    key = EvalConfig(device="cuda", timing=timing, module_mode=module_mode).config_key()
     candidates, missing = candidates_from_jsonl(solutions)
     store = Store(Path(run_dir) / "history.sqlite", readonly=True)
     rows = []
     try:
         for cand in candidates:
-            verdict = store.verdict_for(candidate_id(cand.source), device, task_id=cand.task.id)
+            verdict = store.verdict_for(candidate_id(cand.source), device, key, task_id=cand.task.id)
             row = _row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction)
             if verdict is None:
                 row.update(status="pending", outcome="pending", reasons=["not judged yet"])
@@ -54,7 +61,8 @@ def progress(solutions: str, run_dir: str, device: str, hold_fraction: float = 0
     }
     exploits = [{"task": f"L{r['level']}/{r['task']}", "reason": (r["reasons"] or [""])[0]}
                 for r in rows if r["outcome"] == "exploit"]
-    return {"source": solutions, "device": device, "hold_fraction": hold_fraction, "totals": totals,
+    return {"source": solutions, "device": device, "hold_fraction": hold_fraction, "module_mode": module_mode,
+            "totals": totals,
             "correct_records": summary, "exploits": exploits, "tasks": rows}
 
 
@@ -64,12 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", default="runs/audit", help="the audit's run directory (its history.sqlite)")
     parser.add_argument("--device", required=True, help="the device key its verdicts were stored under (the GPU's name)")
     parser.add_argument("--hold", type=float, default=0.9, help="a claim holds when measured >= HOLD x claimed")
+    parser.add_argument("--module-mode", default="eval", choices=("train", "eval"),
+                        help="the audit's --module-mode (eval is its default; runs before it existed: train)")
+    parser.add_argument("--quick", action="store_true", help="the audit ran with --quick")
     parser.add_argument("--out", help="write the JSON here (default: standard output)")
     args = parser.parse_args(argv)
     if not (Path(args.run) / "history.sqlite").is_file():
         print(f"error: no history.sqlite in {args.run}", file=sys.stderr)
         return 2
-    result = progress(args.solutions, args.run, args.device, args.hold)
+    result = progress(args.solutions, args.run, args.device, args.hold, args.module_mode, args.quick)
     text = json.dumps(result, indent=2, default=str)
     if args.out:
         Path(args.out).write_text(text)

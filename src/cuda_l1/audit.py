@@ -62,11 +62,23 @@ def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) 
     return "holds" if measured >= hold_fraction * claim else "shrinks"
 
 
+MODE_NOTES = {
+    "eval": "Both models ran in eval mode (model.eval()), as CUDA-L1's harness runs them.",
+    "train": "Both models ran as constructed (training mode), as KernelBench's harness runs them: a kernel "
+             "that assumes eval mode (BatchNorm folded into a convolution) fails where BatchNorm is used.",
+}
+
+
 def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: EvalConfig, cluster: str = "local",
-              workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True) -> dict:
+              workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True,
+              levels: set[int] | None = None) -> dict:
+    """levels: only the records of these levels (None: all)."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
     candidates, missing = candidates_from_jsonl(path)
+    if levels:
+        candidates = [c for c in candidates if c.task.level in levels]
+        missing = [m for m in missing if m["task"].level in levels]
     check_references([c.task for c in candidates], device)  # a broken ref_code is bad input
     verdicts: dict[int, Verdict] = {}
 
@@ -89,7 +101,8 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
         rows += [_row(m["task"], m["line"], m["claims"], None, hold_fraction) for m in missing]
         rows.sort(key=lambda r: r["line"])
         paths = write_report(ctx, f"cuda-l1 audit: {Path(path).name} on {dkey}",
-                             [f"A claim holds when measured >= {hold_fraction:g} x claimed and the candidate is verified."])
+                             [f"A claim holds when measured >= {hold_fraction:g} x claimed and the candidate is verified.",
+                              MODE_NOTES[config.module_mode]])
     finally:
         ctx.close()
     totals = {k: sum(1 for r in rows if r["outcome"] == k)
@@ -97,6 +110,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     totals["records"] = len(rows)
     out = Path(out_dir)
     audit = {"source": str(path), "device": device_key(device), "hold_fraction": hold_fraction,
+             "module_mode": config.module_mode,
              "missing_rule": MISSING_RULE, "totals": totals, "tasks": rows}
     (out / "audit.json").write_text(json.dumps(audit, indent=2, default=str))
     _write_csv(rows, out / "audit.csv")

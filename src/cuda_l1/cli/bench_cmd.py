@@ -67,6 +67,7 @@ def bench_command(
     cluster: str = options.cluster(),
     workers: int = options.workers(),
     tolerance: str = options.tolerance(),
+    module_mode: str = options.module_mode(),
     quick: bool = options.batch_timing(),
     timeout: float = options.timeout(),
     calibrate: bool = options.calibrate(),
@@ -83,7 +84,7 @@ def bench_command(
     chosen = _strategies(strategies)
     level_set = parse_levels(levels)
     target = parse_device(device, cluster)
-    config = eval_config(target, tolerance, quick, timeout=timeout)
+    config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
         noise_tasks = select_tasks(for_device(tasks or source, target), level_set, limit)
         check_references(noise_tasks, target)
@@ -114,20 +115,25 @@ def audit_command(
     workers: int = options.workers(),
     hold: float = typer.Option(0.9, "--hold", metavar="FRACTION", help="A claim holds when measured >= FRACTION x claimed."),
     tolerance: str = options.tolerance(),
+    module_mode: str = options.module_mode("eval"),
+    levels: str = options.levels(),
     quick: bool = options.batch_timing(),
     timeout: float = options.timeout(),
     as_json: bool = options.as_json("the audit"),
 ) -> None:
-    """Re-evaluate a published solution set with this evaluator: claimed vs measured, per task and in total."""
+    """Re-evaluate a published solution set with this evaluator: claimed vs measured, per task and in total.
+
+    The models run in eval mode by default, as CUDA-L1's harness runs them when its claims are measured
+    (a kernel that folds BatchNorm into a convolution is right in eval mode only)."""
     from cuda_l1.audit import run_audit
     from cuda_l1.devices import parse_device
 
     if not solutions.endswith(".jsonl"):
         raise UserError("audit reads a .jsonl solution set.", path=solutions)
     target = parse_device(device, cluster)
-    config = eval_config(target, tolerance, quick, timeout=timeout)
+    config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     result = run_audit(solutions, str(out), device=target, config=config, cluster=cluster, workers=workers,
-                       hold_fraction=hold, progress=True)
+                       hold_fraction=hold, progress=True, levels=parse_levels(levels))
     if as_json:
         print_json(result)
         return

@@ -16,7 +16,7 @@ from cuda_l1.tasks import load_task_file
 
 
 def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: bool = False,
-                timeout: float | None = None):
+                timeout: float | None = None, module_mode: str = "train"):
     """The EvalConfig the options describe. quick None: quick timing on a CPU, full on a GPU (the batch
     commands' default, which keeps the README's main job within minutes on a CPU)."""
     from cuda_l1.evaluate.config import EvalConfig, TimingConfig
@@ -24,11 +24,14 @@ def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: b
 
     if tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"--tolerance is 'oracle' or 'kernelbench' (got {tolerance!r}).")
+    if module_mode not in ("train", "eval"):
+        raise UserError(f"--module-mode is 'train' or 'eval' (got {module_mode!r}).")
     if quick is None:
         quick = not device.is_cuda
     timing = TimingConfig.quick() if quick else TimingConfig()
     timing.enabled = not no_timing
-    config = EvalConfig(device=str(device), tolerance=ToleranceConfig(mode=tolerance), timing=timing)
+    config = EvalConfig(device=str(device), tolerance=ToleranceConfig(mode=tolerance), timing=timing,
+                        module_mode=module_mode)
     if timeout is not None:
         config.timeout_s = float(timeout)
     return config
@@ -75,6 +78,7 @@ def eval_command(
     device: str = options.device(),
     as_json: bool = options.as_json("the verdict"),
     tolerance: str = options.tolerance(),
+    module_mode: str = options.module_mode(),
     quick: bool = options.quick(),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness and integrity only."),
     timeout: float = options.timeout(),
@@ -89,7 +93,7 @@ def eval_command(
     task = load_task_file(reference)
     source = _read_candidate(candidate)
     target = parse_device(device)
-    config = eval_config(target, tolerance, quick, no_timing, timeout)
+    config = eval_config(target, tolerance, quick, no_timing, timeout, module_mode)
     check_references([task], target)
     with console.status("evaluating…") if not as_json else _null():
         evaluator = Evaluator(task, config)

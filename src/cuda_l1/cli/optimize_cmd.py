@@ -91,6 +91,7 @@ def optimize_command(
     cluster: str = options.cluster(),
     workers: int = options.workers(),
     tolerance: str = options.tolerance(),
+    module_mode: str = options.module_mode(),
     quick: bool = options.batch_timing(),
     timeout: float = options.timeout(),
     calibrate: bool = options.calibrate(),
@@ -112,7 +113,7 @@ def optimize_command(
     chosen = endpoints_from_options(base_url, model, endpoints, api_key_env, max_tokens, temperature)
     level_set = parse_levels(levels)
     target = parse_device(device, cluster)
-    evaluation = eval_config(target, tolerance, quick, timeout=timeout)
+    evaluation = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     if strategies is None:
         strategies = GPU_STRATEGIES if target.is_cuda else CPU_STRATEGIES
     config = SearchConfig(budget=budget, concurrency=concurrency, per_task=per_task,

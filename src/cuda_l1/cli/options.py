@@ -23,6 +23,13 @@ def tolerance() -> typer.models.OptionInfo:
                         help="oracle (checked against a float64 reference) or kernelbench (its atol/rtol).")
 
 
+def module_mode(default: str = "train") -> typer.models.OptionInfo:
+    return typer.Option(default, "--module-mode", metavar="MODE",
+                        help="train (both models as constructed, as KernelBench's harness runs them: BatchNorm "
+                        "normalises with the batch's statistics) or eval (model.eval() on both first, as "
+                        "CUDA-L1's harness does: running statistics, no dropout).")
+
+
 def quick() -> typer.models.OptionInfo:
     return typer.Option(False, "--quick", help="Short timing: fewer rounds, 4 s at most per candidate "
                         "(smoke runs; speedups less precise).")

@@ -111,7 +111,7 @@ class Side:
             return
         try:
             init_inputs = harness_inputs.make_init_inputs(reference, setup.init_seed)
-            self.model = harness_inputs.build_model(cls, init_inputs, setup.init_seed, self.device)
+            self.model = harness_inputs.build_model(cls, init_inputs, setup.init_seed, self.device, setup.mode)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from cuda_l1.devices import is_spelled
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.precision import ToleranceConfig
+from cuda_l1.evaluate.protocol import MODULE_MODES
 from cuda_l1.settings import setting
 
 
@@ -91,6 +92,9 @@ class EvalConfig:
     load_timeout_s: float = setting(900.0, "importing the candidate, including extension builds")
     first_call_timeout_s: float = setting(300.0, "the first window (JIT compilers such as Triton or torch.compile)")
     call_timeout_s: float = setting(60.0, "any later window")
+    module_mode: str = setting("train", '"train": both models run as constructed (KernelBench\'s harness: '
+                               'BatchNorm normalises with the batch\'s statistics) or "eval": model.eval() on both '
+                               'sides first (CUDA-L1\'s harness: running statistics, no dropout)')
     threads: int | None = setting(None, "CPU threads of each side (default 1 on CPU: both sides share one core)")
     cpu_core: int | None = setting(None, "the core both sides run on from their start (None: on CPU "
                                    "the idlest core; on a GPU see pin_gpu_sides)")
@@ -130,7 +134,8 @@ class EvalConfig:
                   f"/decide={decide}/oracle={tc.oracle_rate:g}" + settle)
         return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
                 f":{self.tolerance.low_precision_ulps}"
-                f"|trials={self.correctness_trials}|timing={timing}")
+                f"|trials={self.correctness_trials}|timing={timing}"
+                + ("|mode=eval" if self.module_mode == "eval" else ""))  # train: the keys from before the mode
 
 
 def check_settings(config: EvalConfig) -> None:
@@ -140,6 +145,7 @@ def check_settings(config: EvalConfig) -> None:
     problems = [
         (is_spelled(device),
          f"device is cpu, cuda or cuda:N (got {device!r})"),
+        (config.module_mode in MODULE_MODES, f"module_mode is one of {', '.join(MODULE_MODES)}"),
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (1 <= config.spares <= 16, "spares must be between 1 and 16"),
         (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),

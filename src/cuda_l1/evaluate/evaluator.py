@@ -109,7 +109,8 @@ class Evaluator:
             ahead.start_side_s = time.perf_counter() - t0
             with self.supply.gate:
                 ahead.proc.allow_memory(env.note_reference_memory())
-            setup = Setup("candidate", source, env.task.source, "ModelNew", env.init_seed, env.threads)
+            setup = Setup("candidate", source, env.task.source, "ModelNew", env.init_seed, env.threads,
+                          cfg.module_mode)
             limit = min(cfg.load_timeout_s, cfg.timeout_s)
             ahead.loaded = load_side(ahead.proc, setup, limit, self.build, gate=self.supply.gate)
             with self.supply.gate:

@@ -40,13 +40,17 @@ def make_init_inputs(module, seed: int) -> list:
     return list(module.get_init_inputs())
 
 
-def build_model(cls, init_inputs: list, seed: int, device: str):
+def build_model(cls, init_inputs: list, seed: int, device: str, mode: str = "train"):
     """KernelBench's convention: the same seed right before both constructors, so a candidate that
-    creates its parameters in the same order as the reference gets the same initial values."""
+    creates its parameters in the same order as the reference gets the same initial values. Mode
+    "eval" then calls model.eval() (BatchNorm on running statistics, no dropout), as CUDA-L1's
+    harness does before every call; "train" leaves the module as constructed, as KernelBench's does."""
     torch.manual_seed(seed)
     model = cls(*init_inputs)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
+        if mode == "eval":
+            model.eval()
     return model
 
 

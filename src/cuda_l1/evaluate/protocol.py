@@ -19,6 +19,7 @@ MAX_DIMS = 16
 MAX_TEXT = 16_000
 HANDLE_HEX = 128  # a CUDA IPC handle is 64 bytes
 
+MODULE_MODES = ("train", "eval")  # Setup.mode: the model as constructed, or after model.eval()
 DTYPES = ("float64", "float32", "float16", "bfloat16", "complex64", "complex128", "int64", "int32", "int16",
           "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64")
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "complex64": 8, "complex128": 16, "int64": 8,
@@ -106,6 +107,7 @@ class Setup:
     class_name: str  # "Model" or "ModelNew"
     init_seed: int
     threads: int
+    mode: str = "train"  # "train": the model as constructed; "eval": model.eval() right after it
     op: str = "setup"
 
 

@@ -86,7 +86,8 @@ class Referee:
         env, cfg = self.env, self.config
         if ahead is None:
             self.cand_proc.allow_memory(env.note_reference_memory())
-            setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads)
+            setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads,
+                          cfg.module_mode)
             loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()),
                                             env.build, gate=env.supply.gate)
         else:  # thawing also checks that nothing of it ran while it was stopped

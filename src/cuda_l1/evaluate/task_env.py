@@ -187,7 +187,8 @@ class TaskEnv:
         t1 = time.perf_counter()
         origin = self.task.origin or self.task.name
         try:
-            setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads)
+            setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads,
+                          self.config.module_mode)
             loaded, _ = load_side(proc, setup, self.config.load_timeout_s, self.build, gate=gate)
             if not loaded.ok:
                 raise TaskError("the reference does not load in the sandbox:\n" + loaded.message[-3000:], path=origin)

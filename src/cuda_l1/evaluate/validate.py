@@ -12,10 +12,10 @@ import math
 import re
 from dataclasses import fields
 
-from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, MAX_LEAVES, MAX_TEXT, BuildReply,
-                                       BuildRequest, Bye, CallOutputs, CallToVerify, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded,
-                                       MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
-                                       Verified, Verify)
+from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, MAX_LEAVES, MAX_TEXT, MODULE_MODES,
+                                       BuildReply, BuildRequest, Bye, CallOutputs, CallToVerify, Confined, LeafRef,
+                                       LeafSpec, LeafVerdict, Loaded, MapInputs, Mapped, Oracle, Oracled, ProtocolError,
+                                       Ran, Release, Run, Setup, Verified, Verify)
 
 _HANDLE = re.compile(f"[0-9a-f]{{{HANDLE_HEX}}}")
 
@@ -206,7 +206,13 @@ def _check_setup(h) -> Setup:
     _fields(Setup, h)
     return Setup(_str(h.get("role"), "role", 20), _str(h.get("source"), "source", 1 << 24),
                  _str(h.get("reference_source"), "reference_source", 1 << 24), _str(h.get("class_name"), "class_name", 100), _int(h.get("init_seed"), "init_seed"),
-                 _int(h.get("threads"), "threads", 1, 4096))
+                 _int(h.get("threads"), "threads", 1, 4096), _mode(h.get("mode", "train")))
+
+
+def _mode(value) -> str:
+    if value not in MODULE_MODES:
+        raise ProtocolError(f"mode is one of {', '.join(MODULE_MODES)}")
+    return value
 
 
 def _check_inputs(h) -> MapInputs:
