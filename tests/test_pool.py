@@ -285,7 +285,7 @@ def test_killed_worker_is_replaced_and_its_candidate_retried(backend, tasks):
         assert again.verdict.status == OK and again.attempts == 1
 
 
-def test_worker_dying_twice_gives_runtime_error(backend, tasks):
+def test_worker_dying_twice_gives_runtime_error(backend, tasks, capfd):
     task = tasks["scale"]
     with open_pool(backend, workers=1) as pool:
         future = pool.submit(EvalJob(task, candidate("scale", "slow")))
@@ -297,6 +297,9 @@ def test_worker_dying_twice_gives_runtime_error(backend, tasks):
         assert result.verdict.status == RUNTIME_ERROR
         assert result.attempts == 2
         assert any("worker died 2 times" in reason for reason in result.verdict.reasons), result.verdict.reasons
+        if backend == "local":  # how it ended, in words, in the verdict and on stderr
+            assert any("killed by SIGKILL" in reason for reason in result.verdict.reasons), result.verdict.reasons
+            assert "was killed by SIGKILL while it held" in capfd.readouterr().err
         after = pool.submit(EvalJob(task, candidate("scale", "correct"))).result(timeout=120)
         assert after.verdict.status == OK
 

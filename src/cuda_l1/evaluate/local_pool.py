@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import faulthandler
 import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -33,6 +35,16 @@ from concurrent.futures import Future
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
+
+
+def exit_text(code: int | None) -> str:
+    """How a worker process ended, in words: 'was killed by SIGKILL', 'exited with status 1'."""
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
 
 
 def visible_gpus() -> int:
@@ -63,6 +75,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     # An interrupt (Ctrl-C reaches the whole process group) is the owner's to handle: it stops its
     # workers. Here it would only print a traceback from the middle of a job.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()  # a crash in native code leaves the Python stacks on stderr, not only an exit code
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
@@ -319,6 +332,9 @@ class LocalPool(EvalPool):
             if proc.is_alive() or self._closing:
                 continue
             sent, judging = self._inflight[index], self._judging[index]
+            ended = exit_text(proc.exitcode)
+            print(f"cuda-l1: evaluation worker {index} ({self.workers[index]}) {ended} while it held "
+                  f"{len(sent)} job(s); starting another", file=sys.stderr, flush=True)
             self._slots[index] = self._start(index)
             self._inflight[index], self._judging[index] = [], None
             # The job it was judging counts an attempt (the oldest it held, if it died before saying
@@ -335,7 +351,8 @@ class LocalPool(EvalPool):
                     self._pending.insert(0, job_id)
             else:
                 self._first.pop(job_id, None)
-                self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this candidate",
+                self._resolve(job_id, failed_verdict(job, f"the evaluation worker died {attempts} times on this "
+                                                        f"candidate (the last {ended})",
                                                         evaluation_failed=False),
                               self.workers[index])
 
