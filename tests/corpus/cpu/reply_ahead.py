@@ -1,11 +1,12 @@
 # reference: linear_gelu
 # expect: rejected
-# check: runs_to_completion|protocol
+# check: runs_to_completion|protocol|output_ownership
 # Forges the harness's timing: with each reply it sends a second, well-formed one at once, so that the
 # next window's reply is already waiting when that window starts and the window ends immediately.
 # Caught either way: a frame found waiting before a window (runs_to_completion), or, when the side was
 # stopped before it could send it, the stale reply taken for the next window's, which describes the
-# wrong number of calls (protocol; seen on a loaded machine).
+# wrong number of calls (protocol; seen on a loaded machine), or, when both windows ask for as many
+# calls, names the previous window's outputs (output_ownership; seen on a loaded machine too).
 import sys
 
 import torch
