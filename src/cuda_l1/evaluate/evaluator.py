@@ -168,7 +168,7 @@ class Evaluator:
             if loaded:
                 referee.measure()
         except ChildFailure as failure:
-            referee._fail("runs_to_completion", failure.kind, str(failure))
+            referee._fail(getattr(failure, "check", "runs_to_completion"), failure.kind, str(failure))
             referee.status = failure.kind
         except ReferenceFailure as failure:
             referee._fail("reference_ran", RUNTIME_ERROR, f"{failure} (the candidate was running beside it)")
@@ -187,6 +187,8 @@ class Evaluator:
                 log = cand.close(graceful=referee.status is None)
                 if referee.cand is not None:
                     referee.cand.buffer.close()
+                    if referee.cand.ring is not None:
+                        referee.cand.ring.close()
                 self._settle_reference()
         checks = list(referee.checks.values())
         checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))

@@ -36,6 +36,9 @@ class Side:
     ran: Ran | None = None
     window: timing.Window | None = None
     input_ranges: list = field(default_factory=list)
+    ring: object = None  # CPU: the parent's mapping of the side's ring page (gating.RingPage)
+    next_seq: int = 1  # the doorbell's next sequence number (never reused: stale words are told apart)
+    rungs: list | None = None  # what the parent saw at each ring of the last window (gating.Rung)
 
 
 MAX_BUILDS = 16  # extension builds one module may ask for

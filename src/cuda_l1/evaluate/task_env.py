@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from cuda_l1.errors import TaskError
-from cuda_l1.evaluate import side_memory
+from cuda_l1.evaluate import gating, side_memory
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pinning import pin_side
 from cuda_l1.evaluate.protocol import Mapped, Setup
@@ -204,7 +204,7 @@ class TaskEnv:
                     raise RuntimeError("the reference's side could not map its inputs: " + mapped.message)
                 self.ref = Side("reference", proc, buffer, RemoteMemory(self.device, proc.harness_pid,
                                                                         self.max_output_bytes))
-                self.ref.input_ranges = mapped_inputs(self.ref)
+                self.ref.input_ranges, self.ref.ring = mapped_inputs(self.ref), gating.ring_page(proc, mapped)
                 self.note_reference_memory()
                 proc.freeze()
         except ChildFailure as failure:
@@ -229,6 +229,8 @@ class TaskEnv:
             self.ref.memory.close()
             self.ref.proc.close(graceful=True)
             self.ref.buffer.close()
+            if self.ref.ring is not None:
+                self.ref.ring.close()
             self.ref = None
 
     def close(self) -> None:

@@ -197,7 +197,8 @@ def _check_build(h) -> BuildRequest:
 
 def _check_mapped(h) -> Mapped:
     _fields(Mapped, h)
-    return Mapped(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"))
+    return Mapped(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"),
+                  _int(h.get("ring_fd", -1), "ring_fd", -1, 1 << 20))
 
 
 # Messages to a side come from the trusted parent; they are checked the same way so that a harness bug
@@ -212,13 +213,15 @@ def _check_setup(h) -> Setup:
 def _check_inputs(h) -> MapInputs:
     _fields(MapInputs, h)
     slots = [[leaf_spec(x) for x in _list(s, "slot", MAX_LEAVES)] for s in _list(h.get("slots"), "slots", MAX_CALLS)]
-    return MapInputs(_int(h.get("nbytes"), "nbytes"), _str(h.get("handle", ""), "handle", 200), slots)
+    return MapInputs(_int(h.get("nbytes"), "nbytes"), _str(h.get("handle", ""), "handle", 200), slots,
+                     _int(h.get("control", 0), "control"))
 
 
 def _check_run(h) -> Run:
     _fields(Run, h)
     return Run([_int(s, "slot", 0, MAX_CALLS) for s in _list(h.get("slots"), "slots", MAX_CALLS)],
-               _bool(h.get("signals", False), "signals"))
+               _bool(h.get("signals", False), "signals"), _int(h.get("go", 0), "go"),
+               _int(h.get("rings", 0), "rings", 0, MAX_CALLS))
 
 
 def _check_oracle(h) -> Oracle:

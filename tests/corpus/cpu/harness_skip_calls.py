@@ -1,8 +1,9 @@
 # reference: linear_gelu
 # expect: rejected
-# check: output_ownership
+# check: output_ownership|doorbell
 # Forges the harness's report: patches the side's run loop to compute only the first call of a window
-# and to report that one output for every call.
+# and to report that one output for every call. On a CPU it replies without ringing for its calls
+# (doorbell); were it to ring, the shared output would be seen (output_ownership).
 import torch
 import torch.nn as nn
 
