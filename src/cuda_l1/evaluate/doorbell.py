@@ -17,11 +17,10 @@ Where the two words live:
   the parent opens it through /proc once, when the side maps its inputs, checks the seal (so the
   side cannot truncate it under the parent's mapping) and maps it read-only. After writing a record
   the side wakes the parent with a futex on the sequence word (one system call, ~1 us, the same on
-  both sides); the parent sleeps on that futex after a short spin. Measured on the 2-core KVM
-  host, a parent polling with process_vm_readv on the other core slowed a side's calls by 13%, one
-  calling sched_yield by 40%, a busy loop only a few percent but then the parent is one more task
-  competing for its core, and a parent that polls is descheduled for a whole time slice when
-  another process runs there; a futex sleeper is woken within ~20 us even beside a busy process.
+  both sides); the parent polls the word for a while, then sleeps on that futex (gating.spin_for
+  says how long, and why). A parent that only polls is descheduled for a whole time slice when
+  another process wants its core, where a futex sleeper is woken within 20-70 us; polling through
+  process_vm_readv would also cost a system call a look.
   The parent copies a record once before using it; nothing in it is trusted beyond gating.py's checks.
 No per-call message goes over the authenticated channel: a frame costs 10-20 us.
 

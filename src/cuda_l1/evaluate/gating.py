@@ -35,7 +35,9 @@ from cuda_l1.evaluate.verdict import REJECTED, TIMEOUT
 
 SPOTS = 8  # positions read at each ring
 SPOT_BYTES = 8  # bytes read at each position (fewer where an output is smaller)
-_SPIN_S = 30e-6  # the parent polls this long after each go before it sleeps on the futex
+SPIN_MIN_S, SPIN_MAX_S = 30e-6, 1e-3  # how long the parent polls after each go (spin_for)
+_CHECK_S = 200e-6  # while polling, how often the channel is looked at (a system call)
+_PREEMPTED_S = 200e-6  # a gap this long in the polling loop: another task has the parent's core
 _rng = random.Random(secrets.randbits(64))  # the parent's: where it reads is drawn where no side sees it
 
 
@@ -105,6 +107,23 @@ def _libc():
 _LIBC = None
 
 
+def spin_for(reference_window) -> float:
+    """How long the parent polls for a ring before it sleeps, the same for both sides: twice a call
+    of the reference's last window, within [30 us, 1 ms] (1 ms before one is known).
+
+    A ring is seen within ~2 us by polling and 30-70 us after a futex sleep
+    (benchmarks/wake_latency.py). Were one side's calls polled for and the other's slept on, the
+    wake-up would count for one of them only: with a fixed 30 us, a candidate of 20 us a call
+    against a reference of 40 us would read (40+30)/20 = 3.5x for 2x. Covering the reference's
+    calls twice over, every call of a candidate up to twice as slow as the reference is polled
+    for on both sides; past 1 ms, where both sleep, the wake-up is at most a few percent of a call.
+    What it costs: the parent's core for the polling, up to 1 ms a call, which with two CPU workers
+    on two cores is time the other worker's side loses (alike for both of its sides)."""
+    if reference_window is None or not reference_window.calls:
+        return SPIN_MAX_S
+    return min(SPIN_MAX_S, max(SPIN_MIN_S, 2 * reference_window.reply_s / reference_window.calls))
+
+
 def ring_page(proc, mapped) -> RingPage | None:
     """The ring page of a CPU side that mapped its inputs (None on a GPU, where there is no doorbell)."""
     return RingPage(proc, mapped.ring_fd) if proc.device == "cpu" else None
@@ -130,7 +149,7 @@ class Gate:
     """The parent's half of one window's doorbell: `rings` rings (a window's calls, or a null
     window's rings), slot k+1 written after ring k by `write_slot`."""
 
-    def __init__(self, side, slots: list[int], rings: int, write_slot):
+    def __init__(self, side, slots: list[int], rings: int, write_slot, spin_s: float = SPIN_MAX_S):
         self.proc, self.buffer, self.write_slot = side.proc, side.buffer, write_slot
         self.slots = slots if slots else list(range(rings))
         self.n, self.k = rings, 0
@@ -140,6 +159,7 @@ class Gate:
             raise self._fail("the side has no doorbell")
         self.words, self.address = side.ring.words, side.ring.address
         self.pid = side.proc.harness_pid()
+        self.spin_s = spin_s
         self.futex, self._nap = futex_call(), _Timespec(0, 20_000_000)
         self.nap = ctypes.byref(self._nap)
         self.spot_reader = SpotReader(self.pid, SPOTS, SPOT_BYTES)
@@ -162,25 +182,36 @@ class Gate:
                          f"{self.k + 1} was due)")
 
     def _wait(self, deadline: float) -> bool:
-        """Until call k rings (True) or a frame arrives first (False): a short spin (a null window's
-        rings and the shortest calls come within it), then asleep on the ring's futex, which the side
-        wakes when it rings; every 20 ms, and at once when the futex is not available, the channel
-        and the side's limits are looked at (see doorbell.py for why not poll)."""
-        spin_end = time.perf_counter() + _SPIN_S
-        while time.perf_counter() < spin_end:
-            if self._rung():
-                return True
-        watch_at = time.monotonic() + 0.25
+        """Until call k rings (True) or a frame arrives first (False): polled for `spin_s` (a word
+        of the shared page: no system call but a look at the channel every 200 us), then asleep on
+        the ring's futex, which the side wakes when it rings; every 20 ms (every 20 us where there
+        is no futex) the channel and the side's limits are looked at. A poll that finds the parent
+        was descheduled (another task wants its core) ends polling for the rest of the window: a
+        sleeper is woken at once, a poller waits out the other task's time slice."""
+        start = last = time.perf_counter()
+        check_at, watch_at = start + _CHECK_S, time.monotonic() + 0.25
         while True:
-            seq = self.words[0]
             if self._rung():
                 return True
-            if self.futex is not None:
-                self.futex(self.address, FUTEX_WAIT, seq & 0xFFFFFFFF, self.nap, None, 0)
+            now = time.perf_counter()
+            if now - last > _PREEMPTED_S:
+                self.spin_s = 0.0
+            last = now
+            if now - start < self.spin_s:
+                if now < check_at:
+                    continue
+                check_at = now + _CHECK_S
             else:
-                time.sleep(20e-6)
-            if self._rung():
-                return True
+                seq = self.words[0]
+                if self._rung():
+                    return True
+                if self.futex is not None:
+                    self.futex(self.address, FUTEX_WAIT, seq & 0xFFFFFFFF, self.nap, None, 0)
+                else:
+                    time.sleep(20e-6)
+                if self._rung():
+                    return True
+                last = time.perf_counter()  # asleep on purpose: no sign of another task
             if self.proc.chan.has_pending():
                 return self._rung()  # a ring written before the frame was sent is seen now
             now = time.monotonic()

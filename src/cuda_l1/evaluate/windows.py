@@ -46,7 +46,7 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
         write_inputs(env, side, inputs, min(count, 1))
         write_slot = side.buffer.slot_writer(inputs) if inputs is not None else (lambda slot: None)
         # A null window (no slots) rings as often as a window of `count` calls: the same work per call.
-        gate = gating.Gate(side, slots, len(slots) or count, write_slot)
+        gate = gating.Gate(side, slots, len(slots) or count, write_slot, gating.spin_for(env.ref.window))
     quiet.flush()
     t0 = time.perf_counter()
     if gpu:  # queued GPU work of a stopped side can: the write is part of the window
