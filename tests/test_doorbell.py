@@ -4,13 +4,13 @@ the parent maps it, the order a parent accepts rings in, and the check after a w
 
 from __future__ import annotations
 
-import mmap
 import os
+import time
 
 import pytest
 import torch
 
-from cuda_l1.evaluate.doorbell import CONTROL_BYTES, RING_WORDS, SideBell, leaf_span
+from cuda_l1.evaluate.doorbell import RING_WORDS, SideBell, leaf_span
 from cuda_l1.evaluate.gating import Gate, RingFailure, RingPage, Rung, unstable
 from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
@@ -35,16 +35,18 @@ def _leaf(t: torch.Tensor) -> LeafRef:
 
 
 def _bell() -> SideBell:
-    return SideBell(mmap.mmap(-1, CONTROL_BYTES), 0)
+    return SideBell()
 
 
-def test_a_ring_is_seen_through_the_parents_mapping_of_the_sealed_page():
+def test_a_ring_and_a_go_cross_the_shared_sealed_page():
     bell = _bell()
     page = RingPage(_Proc(), bell.fd)
     out = torch.arange(6, dtype=torch.float32)[2:]
     bell.ring(7, CallOutputs("tensor", [_leaf(out)]))
     assert page.words[0] == 7 and page.words[RING_WORDS - 1] == 7 and page.words[1] == 1
     assert (page.words[2], page.words[3]) == (out.data_ptr(), 16) == leaf_span(_leaf(out))
+    page.go.value = 7
+    bell.wait(7)  # returns at once: the parent's go is seen
     page.close()
 
 
@@ -92,3 +94,38 @@ def test_outputs_that_changed_or_moved_after_their_ring_are_found():
     elsewhere = CallOutputs("tensor", [_leaf(torch.zeros(1024))])
     assert "other memory" in unstable([rung], [elsewhere], os.getpid())[1]
     assert unstable([Rung(((address, nbytes),), 1, spots, None)], [call], os.getpid())[0] == "outputs_readable"
+
+
+def test_a_side_asleep_on_the_go_word_is_woken_from_another_process():
+    """The side polls for 100 us and then sleeps on the go word's futex: the parent's go, written from
+    another process through its own mapping of the page, must reach it there (a futex on a private
+    copy-on-write mapping, where the go word first lived, broke the side's view away from the
+    parent's page, and the side never saw go)."""
+    from cuda_l1.evaluate.doorbell import FUTEX_WAKE, futex_call
+
+    bell = _bell()
+    page = RingPage(_Proc(), bell.fd)
+    futex = futex_call()
+    pid = os.fork()
+    if pid == 0:  # the side: rings 1, waits for go 1 (asleep by then), rings 2
+        try:
+            bell.ring_empty(1)
+            bell.wait(1)
+            bell.ring_empty(2)
+        finally:
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while page.words[0] != 1 and time.monotonic() < deadline:
+            time.sleep(1e-4)
+        time.sleep(0.05)  # long past the side's polling: it sleeps on the futex now
+        assert page.words[0] == 1
+        page.go.value = 1
+        if futex is not None:
+            futex(page.go_at, FUTEX_WAKE, 1, None, None, 0)
+        while page.words[0] != 2 and time.monotonic() < deadline:
+            time.sleep(1e-4)
+        assert page.words[0] == 2 and page.words[RING_WORDS - 1] == 2
+    finally:
+        os.waitpid(pid, 0)
+        page.close()

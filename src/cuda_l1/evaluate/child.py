@@ -153,8 +153,8 @@ class Side:
                     flat = raw.view(dtype) if span else torch.empty(0, dtype=dtype, device=buffer.device)
                     args.append(flat.as_strided(leaf.shape, leaf.stride))
                 self.slots.append(args)
-            if msg.control:  # CPU: the doorbell's go word is in the control page (doorbell.py)
-                self.bell = SideBell(self.mapping, msg.control)
+            if not self.device.startswith("cuda") and self.bell is None:
+                self.bell = SideBell()  # the per-call doorbell of a CPU side (doorbell.py)
         except Exception as exc:  # noqa: BLE001 - a harness failure: reported, the parent decides
             self.send(Mapped(False, f"{type(exc).__name__}: {exc}"))
             return

@@ -8,20 +8,20 @@ every call of the window as one batch (n GEMVs as one matrix product), the other
 copies of their rows: verification after the window sees right values. So call k+1's inputs are
 written only after call k has rung; until then its slot holds the previous round's values.
 
-Where the two words live:
-- the go word is in a control page of the inputs memfd, after the slots: the parent writes it
-  through its own shared mapping, and the side's private (copy-on-write) mapping of the memfd sees
-  the parent's writes on every page the side never wrote; the side spins on it (its own window
-  time). A side that writes the page gets a copy of its own and never sees go: it times out.
-- the ring record is in a one-page memfd the side makes and seals against shrinking, mapped shared;
-  the parent opens it through /proc once, when the side maps its inputs, checks the seal (so the
-  side cannot truncate it under the parent's mapping) and maps it read-only. After writing a record
-  the side wakes the parent with a futex on the sequence word (one system call, ~1 us, the same on
-  both sides); the parent polls the word for a while, then sleeps on that futex (gating.spin_for
-  says how long, and why). A parent that only polls is descheduled for a whole time slice when
-  another process wants its core, where a futex sleeper is woken within 20-70 us; polling through
-  process_vm_readv would also cost a system call a look.
-  The parent copies a record once before using it; nothing in it is trusted beyond gating.py's checks.
+Both words live in one page, a memfd the side makes when it maps its inputs, seals against
+shrinking and maps shared; the parent opens it once through /proc, checks the seal (so the side
+cannot truncate it under the parent's mapping) and maps it too. The side writes the ring record,
+the parent writes the go word; each polls the other's word for a short while (a load, no system
+call) and then sleeps on a futex on it, which the writer wakes after every write (one system call,
+~1 us, alike on both sides and in the null windows). The parent copies a record once before using
+it and trusts nothing in it beyond gating.py's checks; a side that writes the go word itself only
+reads a slot the parent has not written yet. Why sleep at all: a poller that shares its core with
+another busy process is descheduled for whole time slices, where a futex sleeper is woken within
+20-70 us (benchmarks/wake_latency.py); gating.spin_for says how long the parent polls. The side
+polls for 100 us, long enough for the parent's answer to a ring unless a slot holds hundreds of
+kilobytes, which the null windows write as well. (The go word first lived in a page of the inputs
+memfd, which the side maps privately: a futex on it makes the kernel take a writable reference,
+which breaks the side's copy-on-write mapping away from the parent's page.)
 No per-call message goes over the authenticated channel: a frame costs 10-20 us.
 
 Ring record, 64-bit little-endian words: [seq, tensor leaves, (address, nbytes) x RING_LEAVES, seq].
@@ -45,10 +45,10 @@ from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef
 
 RING_LEAVES = 16  # tensor leaves a ring names; a call with more is checked on its first 16
 RING_WORDS = 3 + 2 * RING_LEAVES
-RING_BYTES = 8 * RING_WORDS
-CONTROL_BYTES = 4096  # the control page after the slots (the go word is its first word)
-_SPIN = 200_000  # go-word reads (~60 ns each: ~10 ms) before the side starts yielding its core
-RING_PAGE = 4096  # the ring memfd's size
+PAGE_BYTES = 4096  # the doorbell page: the ring record from its start, the go word at GO_OFFSET
+GO_OFFSET = 2048  # another cache line than the record's
+_SPIN_S = 100e-6  # how long the side polls the go word before it sleeps
+_PREEMPTED_S = 200e-6  # a gap this long between two polls: this process was descheduled
 F_ADD_SEALS, F_GET_SEALS = 1033, 1034
 F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW = 0x1, 0x2, 0x4
 FUTEX_WAIT, FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE_FLAG): the two processes map one memfd
@@ -73,9 +73,11 @@ def futex_call():
 _futex = None
 
 
-def control_offset(slots_bytes: int) -> int:
-    """Where the control page starts: the first page boundary after the slots."""
-    return (slots_bytes + CONTROL_BYTES - 1) // CONTROL_BYTES * CONTROL_BYTES
+class _Timespec(ctypes.Structure):
+    _fields_ = [("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long)]
+
+
+NAP = ctypes.byref(_Timespec(0, 20_000_000))  # a futex sleep's longest: then look again
 
 
 def leaf_span(leaf: LeafRef) -> tuple[int, int]:
@@ -88,31 +90,38 @@ def leaf_span(leaf: LeafRef) -> tuple[int, int]:
 
 
 class SideBell:
-    """The side's doorbell: the go word (read) and the ring record (written, in a page it shares)."""
+    """The side's doorbell page: the ring record (written) and the go word (read)."""
 
-    def __init__(self, mapping, control: int):
-        self.go = ctypes.c_uint64.from_buffer(mapping, control)  # only ever read: no copy-on-write
-        self.fd = os.memfd_create("cuda-l1-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        os.ftruncate(self.fd, RING_PAGE)
+    def __init__(self):
+        self.fd = os.memfd_create("cuda-l1-doorbell", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, PAGE_BYTES)
         fcntl.fcntl(self.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-        self.page = mmap.mmap(self.fd, RING_PAGE)
+        self.page = mmap.mmap(self.fd, PAGE_BYTES)
         self.record = (ctypes.c_uint64 * RING_WORDS).from_buffer(self.page)
+        self.go = ctypes.c_uint64.from_buffer(self.page, GO_OFFSET)
         self.dummy = (ctypes.c_char * _DUMMY_BYTES)()
-        self._wake = futex_call()
-        self._at = ctypes.addressof(self.record)
+        self._futex = futex_call()
+        self._ring_at, self._go_at = ctypes.addressof(self.record), ctypes.addressof(self.go)
 
     def wait(self, seq: int) -> None:
-        """Until the parent's go word reads `seq` (the next slot's inputs are written). Spinning is
-        this side's own window time; the parent is kept off this core while it polls. After a
-        while (large inputs being written) it yields, then sleeps: the parent may be gone."""
-        go = self.go
-        spins = 0
+        """Until the parent's go word reads `seq` (the next slot's inputs are written): polled for
+        100 us (this side's own window time), then asleep on its futex; a poll that finds this
+        process was descheduled (another process wants the core) goes to sleep at once."""
+        go, futex = self.go, self._futex
+        start = last = time.perf_counter()
         while go.value != seq:
-            spins += 1
-            if spins > _SPIN:
-                os.sched_yield()
-                if spins > _SPIN + 100_000:
-                    time.sleep(0.001)
+            now = time.perf_counter()
+            if now - start > _SPIN_S or now - last > _PREEMPTED_S:
+                value = go.value
+                if value == seq:
+                    return
+                if futex is None:
+                    time.sleep(20e-6)
+                else:
+                    futex(self._go_at, FUTEX_WAIT, value & 0xFFFFFFFF, NAP, None, 0)
+                start = -1.0  # sleep from now on
+                now = time.perf_counter()
+            last = now
 
     def ring(self, seq: int, call: CallOutputs) -> None:
         """Call done: where its tensor outputs are, then the sequence number (front word last)."""
@@ -125,10 +134,7 @@ class SideBell:
                 rec[2 + 2 * n], rec[3 + 2 * n] = leaf_span(leaf)
             n += 1
         rec[1] = n
-        rec[RING_WORDS - 1] = seq
-        rec[0] = seq
-        if self._wake is not None:
-            self._wake(self._at, FUTEX_WAKE, 1, None, None, 0)
+        self._publish(seq)
 
     def ring_empty(self, seq: int) -> None:
         """A null window's ring: the same record, naming memory of the harness's own, so the parent's
@@ -136,7 +142,11 @@ class SideBell:
         rec = self.record
         rec[2], rec[3] = ctypes.addressof(self.dummy), _DUMMY_BYTES
         rec[1] = 1
+        self._publish(seq)
+
+    def _publish(self, seq: int) -> None:
+        rec = self.record
         rec[RING_WORDS - 1] = seq
         rec[0] = seq
-        if self._wake is not None:
-            self._wake(self._at, FUTEX_WAKE, 1, None, None, 0)
+        if self._futex is not None:
+            self._futex(self._ring_at, FUTEX_WAKE, 1, None, None, 0)

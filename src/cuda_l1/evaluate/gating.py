@@ -26,8 +26,8 @@ import stat
 import time
 from dataclasses import dataclass
 
-from cuda_l1.evaluate.doorbell import (F_GET_SEALS, F_SEAL_SHRINK, FUTEX_WAIT, RING_BYTES, RING_LEAVES, RING_WORDS,
-                                       futex_call, leaf_span)
+from cuda_l1.evaluate.doorbell import (F_GET_SEALS, F_SEAL_SHRINK, FUTEX_WAIT, FUTEX_WAKE, GO_OFFSET, NAP, PAGE_BYTES,
+                                       RING_LEAVES, RING_WORDS, futex_call, leaf_span)
 from cuda_l1.evaluate.protocol import CallOutputs, Ran
 from cuda_l1.evaluate.remote import SpotReader, Unreadable, read_spans
 from cuda_l1.evaluate.sandbox import ChildFailure
@@ -39,10 +39,6 @@ SPIN_MIN_S, SPIN_MAX_S = 30e-6, 1e-3  # how long the parent polls after each go 
 _CHECK_S = 200e-6  # while polling, how often the channel is looked at (a system call)
 _PREEMPTED_S = 200e-6  # a gap this long in the polling loop: another task has the parent's core
 _rng = random.Random(secrets.randbits(64))  # the parent's: where it reads is drawn where no side sees it
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long)]
 
 
 class RingFailure(ChildFailure):
@@ -62,34 +58,37 @@ class Rung:
 
 
 class RingPage:
-    """The parent's read-only mapping of a side's ring page (doorbell.py), opened once through
-    /proc: a sealed memfd of at least a record's size, or the side is refused."""
+    """The parent's mapping of a side's doorbell page (doorbell.py), opened once through /proc: a
+    memfd sealed against shrinking, of a page at least, or the side is refused."""
 
     def __init__(self, proc, fd_number: int):
         try:
-            fd = os.open(f"/proc/{proc.harness_pid()}/fd/{int(fd_number)}", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(f"/proc/{proc.harness_pid()}/fd/{int(fd_number)}", os.O_RDWR | os.O_CLOEXEC)
         except (OSError, ValueError) as exc:
-            raise RingFailure(REJECTED, f"the side's ring page cannot be opened ({exc})") from None
+            raise RingFailure(REJECTED, f"the side's doorbell page cannot be opened ({exc})") from None
         try:
             info = os.fstat(fd)
             try:
                 sealed = fcntl.fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK
             except OSError:
                 sealed = 0
-            if not stat.S_ISREG(info.st_mode) or info.st_size < RING_BYTES or not sealed:
-                raise RingFailure(REJECTED, "the side's ring page is not a memfd sealed against shrinking")
-            self.address = _libc().mmap(None, RING_BYTES, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if not stat.S_ISREG(info.st_mode) or info.st_size < PAGE_BYTES or not sealed:
+                raise RingFailure(REJECTED, "the side's doorbell page is not a memfd sealed against shrinking")
+            self.address = _libc().mmap(None, PAGE_BYTES, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
         finally:
             os.close(fd)
         if self.address in (None, ctypes.c_void_p(-1).value):
             self.address = None
-            raise RingFailure(REJECTED, "the side's ring page cannot be mapped")
+            raise RingFailure(REJECTED, "the side's doorbell page cannot be mapped")
         self.words = (ctypes.c_uint64 * RING_WORDS).from_address(self.address)  # only ever read
+        self.go_at = self.address + GO_OFFSET
+        self.go = ctypes.c_uint64.from_address(self.go_at)  # only ever written
 
     def close(self) -> None:
         if self.address is not None:
-            self.words, address, self.address = None, self.address, None
-            _libc().munmap(ctypes.c_void_p(address), RING_BYTES)
+            self.words = self.go = None
+            address, self.address = self.address, None
+            _libc().munmap(ctypes.c_void_p(address), PAGE_BYTES)
 
 
 def _libc():
@@ -158,10 +157,10 @@ class Gate:
         if side.ring is None:
             raise self._fail("the side has no doorbell")
         self.words, self.address = side.ring.words, side.ring.address
+        self.go, self.go_at = side.ring.go, side.ring.go_at
         self.pid = side.proc.harness_pid()
         self.spin_s = spin_s
-        self.futex, self._nap = futex_call(), _Timespec(0, 20_000_000)
-        self.nap = ctypes.byref(self._nap)
+        self.futex = futex_call()
         self.spot_reader = SpotReader(self.pid, SPOTS, SPOT_BYTES)
         self.draw = _rng.getrandbits
         self.rungs: list[Rung] = []
@@ -206,7 +205,7 @@ class Gate:
                 if self._rung():
                     return True
                 if self.futex is not None:
-                    self.futex(self.address, FUTEX_WAIT, seq & 0xFFFFFFFF, self.nap, None, 0)
+                    self.futex(self.address, FUTEX_WAIT, seq & 0xFFFFFFFF, NAP, None, 0)
                 else:
                     time.sleep(20e-6)
                 if self._rung():
@@ -235,7 +234,9 @@ class Gate:
         self.k += 1
         if self.k < self.n:
             self.write_slot(self.slots[self.k])
-            self.buffer.go.value = self.base + self.k
+            self.go.value = self.base + self.k
+            if self.futex is not None:
+                self.futex(self.go_at, FUTEX_WAKE, 1, None, None, 0)
         self.rungs.append(Rung(spans, leaves, spots, seen))
 
     def _spots(self, spans: tuple) -> list[tuple[int, int]]:

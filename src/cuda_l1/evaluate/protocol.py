@@ -117,7 +117,6 @@ class MapInputs:
     nbytes: int
     handle: str  # "" on CPU
     slots: list[list[LeafSpec]]
-    control: int = 0  # CPU: offset of the control page, whose first word is the go word (doorbell.py)
     op: str = "inputs"
 
 
@@ -246,7 +245,7 @@ class Loaded:
 class Mapped:
     ok: bool
     message: str = ""
-    ring_fd: int = -1  # CPU: the side's descriptor of its ring page (doorbell.py)
+    ring_fd: int = -1  # CPU: the side's descriptor of its doorbell page (doorbell.py)
     op: str = "mapped"
 
 

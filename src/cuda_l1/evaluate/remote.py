@@ -122,23 +122,6 @@ class SpotReader:
         return self.buffer.raw[:total]
 
 
-class PolledWords:
-    """A fixed range of another process's memory read again and again (a doorbell's ring record):
-    the vectors are built once, so a read is one system call."""
-
-    def __init__(self, pid: int, address: int, words: int):
-        self.words = (ctypes.c_uint64 * words)()
-        self._n = 8 * words
-        self._local = _Iov(ctypes.addressof(self.words), self._n)
-        self._remote = _Iov(address, self._n)
-        self._args = (pid, ctypes.addressof(self._local), 1, ctypes.addressof(self._remote), 1, 0)
-        self._fn = _readv()
-
-    def read(self) -> bool:
-        """Whether the whole range was read into `words`."""
-        return self._fn(*self._args) == self._n
-
-
 class RemoteMemory:
     """Reads tensors out of one side's memory."""
 

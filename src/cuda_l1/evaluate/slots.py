@@ -9,7 +9,6 @@ it generated to check, after each window, that the side left its inputs untouche
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import secrets
@@ -19,7 +18,6 @@ import torch
 
 from cuda_l1.errors import TaskError
 from cuda_l1.evaluate import inputs as inputs_mod
-from cuda_l1.evaluate.doorbell import CONTROL_BYTES, control_offset
 from cuda_l1.evaluate.protocol import LeafSpec, MapInputs
 from cuda_l1.evaluate.remote import same_bytes
 
@@ -160,8 +158,6 @@ class SlotBuffer:
         self.handle = ""
         self._ptr = None
         self._map = None
-        self.go = None  # CPU: the go word of the doorbell (doorbell.py), in the control page after the slots
-        self.control = 0
         if self.device.startswith("cuda"):
             from cuda_l1.evaluate import cudadrv
 
@@ -169,12 +165,10 @@ class SlotBuffer:
             self.raw = cudadrv.tensor_at(self.device, self._ptr, self.nbytes)
             self.handle = cudadrv.export_base(self._ptr)
         else:
-            self.control = control_offset(self.nbytes)
-            os.ftruncate(memfd, self.control + CONTROL_BYTES)
-            self._map = mmap.mmap(memfd, self.control + CONTROL_BYTES)
+            os.ftruncate(memfd, self.nbytes)
+            self._map = mmap.mmap(memfd, self.nbytes)
             _seal(memfd)
             self.raw = torch.frombuffer(self._map, dtype=torch.uint8)
-            self.go = ctypes.c_uint64.from_buffer(self._map, self.control)
         self.views = [self._views(slot) for slot in range(n_slots)]
 
     def _views(self, slot: int) -> list:
@@ -194,8 +188,6 @@ class SlotBuffer:
             base = slot * self.source.slot_bytes
             slots.append([LeafSpec(s.kind, s.dtype, s.shape, s.stride, s.offset + base, s.value)
                           for s in self.source.slot_specs])
-        if self.control:  # CPU: the side maps the control page with the slots
-            return MapInputs(self.control + CONTROL_BYTES, self.handle, slots, self.control)
         return MapInputs(self.nbytes, self.handle, slots)
 
     def write(self, slot: int, values: list) -> None:
@@ -249,7 +241,6 @@ class SlotBuffer:
             torch.cuda.synchronize(self.device)
             cudadrv.free(self._ptr)
             self._ptr = None
-        self.go = None  # its export of the mapping would keep the mapping from closing
         if self._map is not None:
             try:
                 self._map.close()

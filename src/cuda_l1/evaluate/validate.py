@@ -213,8 +213,7 @@ def _check_setup(h) -> Setup:
 def _check_inputs(h) -> MapInputs:
     _fields(MapInputs, h)
     slots = [[leaf_spec(x) for x in _list(s, "slot", MAX_LEAVES)] for s in _list(h.get("slots"), "slots", MAX_CALLS)]
-    return MapInputs(_int(h.get("nbytes"), "nbytes"), _str(h.get("handle", ""), "handle", 200), slots,
-                     _int(h.get("control", 0), "control"))
+    return MapInputs(_int(h.get("nbytes"), "nbytes"), _str(h.get("handle", ""), "handle", 200), slots)
 
 
 def _check_run(h) -> Run:

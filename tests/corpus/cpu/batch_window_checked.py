@@ -9,7 +9,7 @@
 import torch
 import torch.nn as nn
 
-SLOT_FLOATS = 2048  # one slot: a 2048-float vector, 256-aligned
+SLOT_FLOATS = 1024  # one slot: a 1024-float vector, 256-aligned
 
 
 class ModelNew(nn.Module):

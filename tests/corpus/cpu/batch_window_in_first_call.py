@@ -2,7 +2,7 @@
 # expect: incorrect
 # check: correctness
 # Batches a window's calls in its first one: `x.untyped_storage()` is the whole input buffer, so
-# call 1 reads the inputs of the calls after it (slots are 8 KiB apart), computes up to 64 of them
+# call 1 reads the inputs of the calls after it (slots are 4 KiB apart), computes up to 64 of them
 # as one matrix product and keeps the rows; each later call returns a copy of its row. An
 # adversarial reading got ok at 2.07-2.24x this way (honest 1.00). With the doorbell a slot is
 # written only after the call before it rang: what call 1 finds there is the previous round's
@@ -10,7 +10,7 @@
 import torch
 import torch.nn as nn
 
-SLOT_FLOATS = 2048  # one slot: a 2048-float vector, 256-aligned
+SLOT_FLOATS = 1024  # one slot: a 1024-float vector, 256-aligned
 
 
 class ModelNew(nn.Module):

@@ -1,9 +1,9 @@
-"""A matrix-vector product (2048 x 2048): one call reads the whole matrix for one vector, so n calls
+"""A matrix-vector product (1024 x 1024): one call reads the whole matrix for one vector, so n calls
 computed as one matrix product would be several times faster per call (the batching attack)."""
 import torch
 import torch.nn as nn
 
-DIM = 2048
+DIM = 1024
 
 
 class Model(nn.Module):
