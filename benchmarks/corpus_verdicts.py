@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +20,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from corpus_util import cases  # noqa: E402
+from corpus_util import cases, substitutions  # noqa: E402
 from envinfo import environment  # noqa: E402
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig  # noqa: E402
@@ -35,6 +38,20 @@ def _meets(case, verdict) -> bool:
     return True
 
 
+def listeners(workdir: Path) -> tuple[int, str, list]:
+    """A TCP port on loopback and a Unix socket on the host, both listening, for the cases that try to
+    reach them (network_access, unix_socket): they must run as written, not fail on a placeholder."""
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(4)
+    path = workdir / "host.sock"
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(str(path))
+    path.chmod(0o777)
+    unix.listen(4)
+    return tcp.getsockname()[1], str(path), [tcp, unix]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -47,6 +64,9 @@ def main() -> None:
     selected = [c for c in cases(args.kind) if not wanted or c.name in wanted]
     evaluators: dict[str, Evaluator] = {}
     out = open(args.out, "w") if args.out else None
+    workdir = Path(tempfile.mkdtemp(prefix="cuda-l1-corpus-"))
+    workdir.chmod(0o755)  # a side's unprivileged uid must reach the Unix socket in it
+    port, unix_path, sockets = listeners(workdir)
     if out:
         out.write(json.dumps({"environment": environment()}) + "\n")
     try:
@@ -57,7 +77,8 @@ def main() -> None:
                     timing = TimingConfig.quick() if args.quick else TimingConfig()
                     evaluators[case.reference] = Evaluator(case.task(), EvalConfig(device=args.device, timing=timing,
                                                                                    call_timeout_s=30.0, first_call_timeout_s=90.0))
-                verdict = evaluators[case.reference].evaluate(case.source())
+                source = case.source(**substitutions(case, workdir, port, unix_path))
+                verdict = evaluators[case.reference].evaluate(source)
             except Exception as exc:  # noqa: BLE001 - recorded, then the next case
                 row = {"case": case.name, "expect": case.expect, "error": f"{type(exc).__name__}: {exc}"}
             else:
@@ -78,6 +99,9 @@ def main() -> None:
     finally:
         for ev in evaluators.values():
             ev.close()
+        for sock in sockets:
+            sock.close()
+        shutil.rmtree(workdir, ignore_errors=True)
         if out:
             out.close()
 

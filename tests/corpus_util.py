@@ -9,6 +9,7 @@ Header lines (comments at the top of a candidate):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,3 +60,26 @@ def cases(kind: str) -> list[Case]:
         bounds = {k: float(header[k]) for k in ("speedup_at_least", "speedup_at_most") if k in header}
         out.append(Case(path, header["reference"], header["expect"], header.get("check"), bounds))
     return out
+
+
+def substitutions(case: Case, tmp_path: Path, listener_port: int | None = None,
+                  unix_path: str | None = None) -> dict[str, str]:
+    """Values a few candidates need: where the secret file is, the evaluator's pid, a port to probe."""
+    subs = {}
+    if case.name == "build_reads_file":
+        secret = tmp_path / "build-secret.h"
+        secret.write_text("sk-test-build-0123456789\n")
+        secret.chmod(0o600)
+        subs["SECRET_FILE"] = str(secret)
+    if case.name == "read_credentials":
+        secret = tmp_path / "credentials"
+        secret.write_text("aws_secret_access_key = sk-test-0123456789\n")
+        subs["SECRET_FILE"] = str(secret)
+        subs["EVALUATOR_PID"] = str(os.getpid())
+    if case.name == "write_outside":
+        subs["TARGET_FILE"] = str(tmp_path / "escaped.txt")
+    if case.name == "network_access":
+        subs["PORT"] = str(listener_port)
+    if case.name == "unix_socket":
+        subs["SOCKET_PATH"] = unix_path
+    return subs

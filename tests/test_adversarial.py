@@ -3,13 +3,12 @@ legitimate optimisation is accepted with its real speedup. CUDA-only cases: test
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 
 import pytest
 
-from corpus_util import cases
+from corpus_util import cases, substitutions
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.confine import landlock_abi
 from cuda_l1.evaluate.evaluator import Evaluator
@@ -77,28 +76,6 @@ def unix_listener(tmp_path):
     server.close()
 
 
-def _substitutions(case, tmp_path, listener_port=None, unix_path=None) -> dict[str, str]:
-    """Values a few candidates need: where the secret file is, the evaluator's pid, a port to probe."""
-    subs = {}
-    if case.name == "build_reads_file":
-        secret = tmp_path / "build-secret.h"
-        secret.write_text("sk-test-build-0123456789\n")
-        secret.chmod(0o600)
-        subs["SECRET_FILE"] = str(secret)
-    if case.name == "read_credentials":
-        secret = tmp_path / "credentials"
-        secret.write_text("aws_secret_access_key = sk-test-0123456789\n")
-        subs["SECRET_FILE"] = str(secret)
-        subs["EVALUATOR_PID"] = str(os.getpid())
-    if case.name == "write_outside":
-        subs["TARGET_FILE"] = str(tmp_path / "escaped.txt")
-    if case.name == "network_access":
-        subs["PORT"] = str(listener_port)
-    if case.name == "unix_socket":
-        subs["SOCKET_PATH"] = unix_path
-    return subs
-
-
 # On a CPU sides are forked from the fork server by default (fork_server.py); sides started as fresh
 # interpreters (the default on CUDA) face the cases that test what a side inherits or can reach
 # (credentials, files, sockets, privileges, processes, the harness's own state), and a few plain ones.
@@ -127,7 +104,7 @@ def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_serve
     if case.name in ("write_outside", "read_credentials") and landlock_abi() < 1:
         pytest.skip("Landlock is not available: file confinement is not enforced on this kernel")
     evaluator = evaluator_for(case.reference, case.task(), fork_server)
-    verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path, port, unix_listener)))
+    verdict = evaluator.evaluate(case.source(**substitutions(case, tmp_path, port, unix_listener)))
     started = {None: None, True: "forked", False: "fresh interpreter"}[fork_server]
     assert started is None or verdict.sandbox.get("started") == started, verdict.sandbox
     summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
@@ -165,7 +142,7 @@ def test_credential_probe_can_see_secrets_when_landlock_is_off(tmp_path, monkeyp
     case = CPU_CASES["read_credentials"]
     evaluator = Evaluator(case.task(), cpu_config(sandbox=SandboxConfig(landlock=False, memory_bytes=3 * 2**30)))
     try:
-        verdict = evaluator.evaluate(case.source(**_substitutions(case, tmp_path)))
+        verdict = evaluator.evaluate(case.source(**substitutions(case, tmp_path)))
     finally:
         evaluator.close()
     assert verdict.status == "incorrect", verdict.reasons
