@@ -2,7 +2,8 @@
 
 The parent calls the reference's `get_inputs()` under a secret seed, on the device, once per slot
 and round, and copies the values into each side's input buffer: on CUDA an allocation of the
-parent's that the side maps through an IPC handle, on CPU a memfd the side maps read-only. Every call
+parent's that the side maps through an IPC handle, on CPU a memfd the side gets as a read-only
+descriptor and maps copy-on-write (its writes stay in its own pages, which the parent reads back). Every call
 of a window gets its own slot, so no two calls see the same values, and the parent keeps the values
 it generated to check, after each window, that the side left its inputs untouched.
 """
