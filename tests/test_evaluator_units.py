@@ -465,3 +465,50 @@ def test_spots_of_many_outputs_at_once_match_spot_checks_one_by_one():
     z = torch.randn(7, dtype=torch.complex64)
     odd = [(torch.randn(3), torch.randn(3) + 5, 3, random.Random(1), 1e-3), (z, z.clone(), 3, random.Random(2), 1e-3)]
     assert [p is None for p in verify.spots_at_once(odd)] == [False, True]
+
+
+class _SilentReference:
+    """A reference side's process that never answers in time."""
+
+    def thaw(self):
+        pass
+
+    def freeze(self):
+        pass
+
+    def exit_info(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(reason="running")
+
+    def request(self, message, timeout, expect):
+        from cuda_l1.evaluate.sandbox import ChildFailure
+
+        raise ChildFailure("timeout", f"no answer within {timeout:.0f} s")
+
+
+def test_a_reference_cut_off_by_the_evaluations_deadline_gives_timeout_not_runtime_error():
+    """The float64 oracle of a huge task on a slow host can take what is left of the evaluation's limit:
+    the candidate then ran out of time (timeout), it did not fail (runtime_error). A reference that
+    fails with time to spare still counts against the candidate judged beside it."""
+    from types import SimpleNamespace
+
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.output_checks import _ask_reference
+    from cuda_l1.evaluate.sandbox import ChildFailure
+    from cuda_l1.evaluate.sides import ReferenceFailure
+
+    side = SimpleNamespace(proc=_SilentReference())
+    left = iter([19.0])
+
+    def deadline_passed() -> float:  # as Referee.remaining: the time left, and raises once none is
+        for value in left:
+            return value
+        raise ChildFailure("timeout", "the evaluation took longer than its limit of 180 s")
+
+    with pytest.raises(ReferenceFailure) as late:
+        _ask_reference(side, None, object, EvalConfig(), deadline_passed, "the float64 reference failed")
+    assert late.value.kind == "timeout"
+    with pytest.raises(ReferenceFailure) as early:
+        _ask_reference(side, None, object, EvalConfig(), lambda: 100.0, "the float64 reference failed")
+    assert early.value.kind == "runtime_error"

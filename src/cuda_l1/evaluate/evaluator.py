@@ -171,8 +171,8 @@ class Evaluator:
             referee._fail(getattr(failure, "check", "runs_to_completion"), failure.kind, str(failure))
             referee.status = failure.kind
         except ReferenceFailure as failure:
-            referee._fail("reference_ran", RUNTIME_ERROR, f"{failure} (the candidate was running beside it)")
-            referee.status = RUNTIME_ERROR
+            referee._fail("reference_ran", failure.kind, f"{failure} (the candidate was running beside it)")
+            referee.status = failure.kind
             env.restart_reference()
         except (TaskError, UserError):
             raise

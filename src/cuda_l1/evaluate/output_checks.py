@@ -19,6 +19,7 @@ from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled
 from cuda_l1.evaluate.remote import Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, Side
+from cuda_l1.evaluate.verdict import RUNTIME_ERROR, TIMEOUT
 
 
 def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: list, rng, config: EvalConfig,
@@ -85,6 +86,14 @@ def float64_outputs(env, slot: int, config: EvalConfig, time_left: Callable[[], 
         raise ReferenceFailure(f"the float64 reference's outputs could not be read: {exc}") from None
 
 
+def _out_of_time(time_left: Callable[[], float]) -> bool:
+    """Whether the evaluation's own time is spent (its time_left raises at the deadline, or says 0)."""
+    try:
+        return time_left() <= 0
+    except ChildFailure:
+        return True
+
+
 def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_left: Callable[[], float], failed: str,
                    spent: dict | None = None, calls: int = 1):
     """One request to the reference's side (about `calls` calls' work), resumed for it and stopped
@@ -95,7 +104,9 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
     try:
         return ref.proc.request(request, min(config.call_timeout_s * 4 * max(calls, 1), time_left()), expect)
     except ChildFailure as failure:
-        raise ReferenceFailure(f"{failed}: {failure}") from None
+        # At the evaluation's deadline (the request was given what was left of it) the candidate's
+        # verdict is timeout, as for any phase that outlasts the limit; the side restarts either way.
+        raise ReferenceFailure(f"{failed}: {failure}", TIMEOUT if _out_of_time(time_left) else RUNTIME_ERROR) from None
     finally:
         marks.append(time.perf_counter())
         if ref.proc.exit_info().reason == "running":

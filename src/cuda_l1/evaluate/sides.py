@@ -22,7 +22,13 @@ from cuda_l1.evaluate.verdict import REJECTED, RUNTIME_ERROR, TIMEOUT
 
 
 class ReferenceFailure(Exception):
-    """The reference's own side failed (while a candidate was being judged, or while setting up)."""
+    """The reference's own side failed (while a candidate was being judged, or while setting up).
+    `kind`: the verdict it gives the candidate judged then (runtime_error, or timeout when what ran out
+    was the candidate's own evaluation time, not the reference's allowance for the request)."""
+
+    def __init__(self, message: str, kind: str = RUNTIME_ERROR):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
