@@ -81,6 +81,14 @@ def test_audit_refuses_a_non_jsonl_file(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
+def test_audit_of_a_level_the_file_does_not_have_is_bad_input(tmp_path):
+    path = tmp_path / "solutions.jsonl"
+    path.write_text(json.dumps({"level_id": 1, "task_id": 1, "ref_code": REF, "custom_code": None}) + "\n")
+    proc = cli("audit", str(path), "--device", "cpu", "--levels", "3", "--out", str(tmp_path / "audit"))
+    assert proc.returncode == 2 and "the levels here are 1." in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "audit" / "audit.json").exists()
+
+
 def test_audit_outcomes_and_decision_points():
     from cuda_l1.audit import decision_points, outcome
     from cuda_l1.evaluate.verdict import Check, Verdict

@@ -21,6 +21,7 @@ from pathlib import Path
 from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references,
                            evaluate_candidates, write_report)
 from cuda_l1.devices import Device, as_device, device_key
+from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
 
@@ -77,8 +78,12 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     config = dataclasses.replace(config, device=str(device))
     candidates, missing = candidates_from_jsonl(path)
     if levels:
+        present = sorted({c.task.level for c in candidates} | {m["task"].level for m in missing})
         candidates = [c for c in candidates if c.task.level in levels]
         missing = [m for m in missing if m["task"].level in levels]
+        if not candidates and not missing:
+            raise UserError(f"{path}: no record matched --levels {','.join(map(str, sorted(levels)))}; "
+                            f"the levels here are {', '.join(map(str, present))}.")
     check_references([c.task for c in candidates], device)  # a broken ref_code is bad input
     verdicts: dict[int, Verdict] = {}
 
