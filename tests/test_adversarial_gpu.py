@@ -18,6 +18,9 @@ GPU_CASES = {c.name: c for c in cases("gpu")}
 # CPU-only by construction: a C++ loop over host pointers; a lie about a host address (CUDA outputs are
 # described by IPC handles, and the GPU corpus lies about those).
 CPU_ON_GPU = {c.name: c for c in cases("cpu") if c.name not in ("cpp_extension", "lazy_cpp_extension", "lying_address")}
+# CPU mechanisms with nothing to act on in a GPU evaluation, where each falls back to honest code:
+# there it must be refused or no faster than the reference.
+CPU_MECHANISM_ONLY = {"output_in_a_second_input_mapping"}  # maps the inputs' memfd; GPU inputs are device memory
 _evaluators: dict[str, Evaluator] = {}
 
 
@@ -72,6 +75,9 @@ def test_cpu_corpus_on_gpu(name, tmp_path, monkeypatch):
         return
     if case.expects("incorrect") and verdict.status in ("incorrect", "rejected", "runtime_error"):
         return  # CPU-made cheats may fail differently on a GPU (device mismatch); they must still fail
+    if name in CPU_MECHANISM_ONLY:
+        assert verdict.status != "ok" or verdict.raw_speedup <= 1.1, (verdict.status, verdict.raw_speedup)
+        return
     check_case(case, verdict)
     assert not (tmp_path / "escaped").exists()
 
