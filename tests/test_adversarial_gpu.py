@@ -17,7 +17,8 @@ pytestmark = pytest.mark.gpu
 GPU_CASES = {c.name: c for c in cases("gpu")}
 # CPU-only by construction: a C++ loop over host pointers; a lie about a host address (CUDA outputs are
 # described by IPC handles, and the GPU corpus lies about those).
-CPU_ON_GPU = {c.name: c for c in cases("cpu") if c.name not in ("cpp_extension", "lazy_cpp_extension", "lying_address")}
+CPU_ON_GPU = {c.name: c for c in cases("cpu")
+              if c.name not in ("cpp_extension", "lazy_cpp_extension", "load_inline_per_layer", "lying_address")}
 # CPU mechanisms with nothing to act on in a GPU evaluation, where each falls back to honest code:
 # there it must be refused or no faster than the reference.
 CPU_MECHANISM_ONLY = {"output_in_a_second_input_mapping"}  # maps the inputs' memfd; GPU inputs are device memory
