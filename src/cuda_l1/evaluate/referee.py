@@ -16,11 +16,11 @@ import secrets
 import statistics
 import time
 
-from cuda_l1.evaluate import output_checks, timing, verify, windows
+from cuda_l1.evaluate import gating, output_checks, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
-from cuda_l1.evaluate.protocol import Mapped, Setup
+from cuda_l1.evaluate.protocol import Mapped
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
@@ -86,9 +86,7 @@ class Referee:
         env, cfg = self.env, self.config
         if ahead is None:
             self.cand_proc.allow_memory(env.note_reference_memory())
-            setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads,
-                          cfg.module_mode)
-            loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()),
+            loaded, self.builds = load_side(self.cand_proc, env.candidate_setup(self.source), min(cfg.load_timeout_s, self.remaining()),
                                             env.build, gate=env.supply.gate)
         else:  # thawing also checks that nothing of it ran while it was stopped
             (loaded, self.builds), _ = ahead, self.cand_proc.thaw()
@@ -113,7 +111,7 @@ class Referee:
         mapped = self.cand_proc.request(buffer.message(), min(cfg.call_timeout_s, self.remaining()), Mapped)
         if not mapped.ok:
             raise RuntimeError("the side could not map its inputs: " + mapped.message)
-        self.cand.input_ranges = mapped_inputs(self.cand)
+        self.cand.input_ranges, self.cand.ring = mapped_inputs(self.cand), gating.ring_page(self.cand_proc, mapped)
         self.cand_proc.freeze()  # from now on the candidate runs only inside its own windows
         return True
 
@@ -133,8 +131,8 @@ class Referee:
             raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
 
     def null_windows(self, inputs: RoundInputs, count: int = 5) -> float:
-        """The fixed cost of a window with no calls, on the reference: writing the inputs of as many
-        calls as real windows make, flushing, the request, the reply, stopping, the idle probe."""
+        """The fixed cost of a window with no calls, on the reference: the inputs of as many calls as real
+        windows make (on a CPU, as many doorbell rings), flushing, request, reply, stopping, idle probe."""
         windows = []
         for _ in range(count):
             self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=len(inputs))
@@ -183,7 +181,7 @@ class Referee:
         if cand.input_ranges:  # CPU: the input buffer is still mapped once, where the harness mapped it
             try:
                 now = mapped_inputs(cand)
-            except ChildFailure:
+            except ChildFailure:  # not mapped once, whole
                 now = None
             if now != cand.input_ranges:  # a second mapping would give outputs that are views of the inputs
                 self._fail("no_input_aliasing", REJECTED, "the side mapped its input buffer again, or elsewhere")
@@ -203,6 +201,9 @@ class Referee:
                        "a call returned an output in the memory of an output of the previous window "
                        "(outputs reuse a static buffer)")
             return
+        # CPU: a call's outputs must be as they were when it rang (gating.py), and where it said.
+        if cand.rungs is not None and (moved := gating.unstable(cand.rungs, calls, cand.proc.harness_pid())):
+            return self._fail(moved[0], REJECTED, f"round {round_no + 1}: {moved[1]}")
         if len(ref.ran.calls) != len(calls):
             raise ReferenceFailure("the reference's side reported a different number of calls than it made")
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
@@ -369,7 +370,8 @@ class Referee:
     def _finish(self, ref_ms, cand_ms, plan, overhead_s) -> None:
         tc = self.config.timing
         for name in ("forward_runs", "output_structure", "output_type", "dtype", "shape", "device", "strides",
-                     "no_input_aliasing", "output_ownership", "inputs_unchanged", "outputs_readable"):
+                     "no_input_aliasing", "output_ownership", "inputs_unchanged", "outputs_readable",
+                     *(("doorbell", "outputs_stable") if self.cand.rungs is not None else ())):
             self._check(name, True)
         compared = [c for cs in self.comparisons.values() for c in cs]
         worst = max(compared, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
