@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from cuda_l1.evaluate import gating
 from cuda_l1.evaluate.doorbell import RING_WORDS, SideBell, leaf_span
 from cuda_l1.evaluate.gating import Gate, RingFailure, RingPage, Rung, unstable
 from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
@@ -129,3 +130,18 @@ def test_a_side_asleep_on_the_go_word_is_woken_from_another_process():
     finally:
         os.waitpid(pid, 0)
         page.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two cores to pin to")
+def test_the_parent_waits_off_every_timed_core_and_polls_only_on_a_free_one():
+    allowed = sorted(os.sched_getaffinity(0))
+    timed, other = allowed[0], allowed[1]
+    with gating.wait_cores(timed) as polls:  # one worker: any core but the timed one
+        assert polls and os.sched_getaffinity(0) == set(allowed) - {timed}
+    busy = tuple(allowed[1:])  # every other core is another worker's timed core
+    with gating.wait_cores(timed, busy) as polls:
+        assert not polls and os.sched_getaffinity(0) == {timed}
+    assert os.sched_getaffinity(0) == set(allowed)
+    with gating.wait_cores(None, (other,)) as polls:  # not pinned (several threads a side): as before
+        assert polls and os.sched_getaffinity(0) == set(allowed)

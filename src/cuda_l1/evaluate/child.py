@@ -222,13 +222,13 @@ class Side:
                 if bell is not None:  # CPU: one call per go, a ring after each (doorbell.py)
                     for k, slot in enumerate(msg.slots):
                         if k:
-                            bell.wait(msg.go + k)  # slot k's inputs are written once call k-1 rang
+                            bell.wait(msg.go + k, msg.poll)  # slot k's inputs are written once call k-1 rang
                         outs.append(self.model(*self.slots[slot]))
                         calls.append(self.describe(outs[-1]))
                         bell.ring(msg.go + k + 1, calls[-1])
                     for k in range(msg.rings):  # a null window: the same protocol without calls
                         if k:
-                            bell.wait(msg.go + k)
+                            bell.wait(msg.go + k, msg.poll)
                         bell.ring_empty(msg.go + k + 1)
                 else:
                     for slot in msg.slots:

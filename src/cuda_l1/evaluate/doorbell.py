@@ -103,15 +103,17 @@ class SideBell:
         self._futex = futex_call()
         self._ring_at, self._go_at = ctypes.addressof(self.record), ctypes.addressof(self.go)
 
-    def wait(self, seq: int) -> None:
+    def wait(self, seq: int, poll: bool = True) -> None:
         """Until the parent's go word reads `seq` (the next slot's inputs are written): polled for
-        100 us (this side's own window time), then asleep on its futex; a poll that finds this
-        process was descheduled (another process wants the core) goes to sleep at once."""
+        100 us (this side's own window time; not at all without `poll`, where the parent waits on
+        this core), then asleep on its futex; a poll that finds this process was descheduled
+        (another process wants the core) goes to sleep at once."""
         go, futex = self.go, self._futex
         start = last = time.perf_counter()
+        spin = _SPIN_S if poll else -1.0
         while go.value != seq:
             now = time.perf_counter()
-            if now - start > _SPIN_S or now - last > _PREEMPTED_S:
+            if now - start > spin or now - last > _PREEMPTED_S:
                 value = go.value
                 if value == seq:
                     return

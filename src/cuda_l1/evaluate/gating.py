@@ -129,17 +129,24 @@ def ring_page(proc, mapped) -> RingPage | None:
 
 
 @contextlib.contextmanager
-def off_core(core: int | None):
-    """The parent's thread kept off the core the sides are timed on for a window: it polls while the
-    side runs and must not take that core from it (the cache flush pins it there just before)."""
-    allowed = os.sched_getaffinity(0) if core is not None and hasattr(os, "sched_setaffinity") else set()
-    others = allowed - {core}
-    if not others:
-        yield
+def wait_cores(core: int | None, busy: tuple[int, ...] = ()):
+    """Where the parent's thread waits for rings during a window, and whether it may poll (yielded).
+
+    It keeps off the core the sides are timed on (it polls while the side runs and must not take
+    that core from it; the cache flush pins it there just before) and off `busy`, the cores other
+    CPU workers of the pool time on: polling there took their sides' core for up to 1 ms a call
+    (two workers on two cores, each parent on the other's timed core, read a 24x candidate as 1.0-1.7x).
+    Where that leaves no core, the parent waits on the timed core itself and neither it nor the
+    side polls: each sleeps on its futex and hands the core to the other (a switch on one core,
+    the same for both sides)."""
+    if core is None or not hasattr(os, "sched_setaffinity"):
+        yield True
         return
-    os.sched_setaffinity(0, others)
+    allowed = os.sched_getaffinity(0)
+    others = allowed - {core} - set(busy)
+    os.sched_setaffinity(0, others or {core} & allowed or allowed)
     try:
-        yield
+        yield bool(others)
     finally:
         os.sched_setaffinity(0, allowed)
 

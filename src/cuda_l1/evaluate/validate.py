@@ -226,7 +226,7 @@ def _check_run(h) -> Run:
     _fields(Run, h)
     return Run([_int(s, "slot", 0, MAX_CALLS) for s in _list(h.get("slots"), "slots", MAX_CALLS)],
                _bool(h.get("signals", False), "signals"), _int(h.get("go", 0), "go"),
-               _int(h.get("rings", 0), "rings", 0, MAX_CALLS))
+               _int(h.get("rings", 0), "rings", 0, MAX_CALLS), _bool(h.get("poll", True), "poll"))
 
 
 def _check_oracle(h) -> Oracle:

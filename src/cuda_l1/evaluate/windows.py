@@ -34,19 +34,19 @@ def run(env, side: Side, slots: list[int], timeout: float, inputs: RoundInputs |
     # Settled first: the device done with what stopped spares and background sides left on it (a
     # TimeoutError lets the supply end the sides that keep it busy: side_supply.py).
     with env.supply.stopped(settle=lambda: env.quiet.wait_idle(min(timeout, 5.0))), \
-            gating.off_core(None if gpu else env.core):
-        _timed(env, side, slots, timeout, inputs, count, gpu, first, remaining, builds)
+            gating.wait_cores(None if gpu else env.core, env.config.busy_cores) as polls:
+        _timed(env, side, slots, timeout, inputs, count, gpu, first, remaining, builds, polls)
 
 
 def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInputs | None, count: int, gpu: bool,
-           first: bool, remaining: Callable[[], float], builds: list[dict]) -> None:
+           first: bool, remaining: Callable[[], float], builds: list[dict], polls: bool = True) -> None:
     proc, quiet = side.proc, env.quiet
     if not gpu:  # a stopped CPU side cannot react to the write: write, then flush, then time
         # Slot 0 only: every later slot is written when the call before it rang (gating.py).
         write_inputs(env, side, inputs, min(count, 1))
         write_slot = side.buffer.slot_writer(inputs) if inputs is not None else (lambda slot: None)
         # A null window (no slots) rings as often as a window of `count` calls: the same work per call.
-        gate = gating.Gate(side, slots, len(slots) or count, write_slot, gating.spin_for(env.ref.window))
+        gate = gating.Gate(side, slots, len(slots) or count, write_slot, gating.spin_for(env.ref.window) if polls else 0.0)
     quiet.flush()
     t0 = time.perf_counter()
     if gpu:  # queued GPU work of a stopped side can: the write is part of the window
@@ -61,7 +61,7 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
              else reply_limit.reply_bytes(len(slots), env.ref.leaves_per_call if env.ref else None))
     proc.thaw()
     t_sent = time.perf_counter()
-    proc.send(Run(slots, first, go=0 if gpu else gate.base, rings=0 if gpu or slots else count))
+    proc.send(Run(slots, first, go=0 if gpu else gate.base, rings=0 if gpu or slots else count, poll=polls))
     receive = proc.recv_frame if gpu else gate.reply
     reply, msg = receive(min(timeout, remaining()), limit), None
     # A load_inline in the first forward is served as in a load (only the first window: not recorded).
