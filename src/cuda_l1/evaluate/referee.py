@@ -38,6 +38,8 @@ class Referee:
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
         self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
+        # the recorded rounds' windows (reference, candidate) as measured; null windows measured again
+        self.windows, self.overhead_checks = [], 0
         self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
         self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
         self.config = config
@@ -139,11 +141,6 @@ class Referee:
             windows.append(self.env.ref.window)
         return timing.overhead(windows)
 
-    def _fresh_inputs(self, count: int) -> RoundInputs:
-        with self.env.supply.gate:  # a task prepared beside it seeds torch's generator (inputs.py)
-            inputs, _ = self.env.source.fresh(count), self.env.sync()
-        return inputs
-
     # -- verification ---------------------------------------------------------------------------------
     def _compare(self, checked: list[tuple[int, str]], round_no: int) -> None:
         """Read and compare the outputs of the checked calls (index, mode: 'spots', 'full' against the
@@ -242,7 +239,7 @@ class Referee:
         self.telemetry_before = self.telemetry.read()
         measure_start = time.perf_counter()
         with self.phase("null_windows"):
-            overhead_s = self.null_windows(self._fresh_inputs(1))
+            overhead_s = self.null_windows(self.env.fresh_inputs(1))
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
@@ -251,7 +248,7 @@ class Referee:
         while True:
             with self.phase("inputs"):
                 count = max(plan.values())
-                pristine = ahead if ahead is not None and len(ahead) == count else self._fresh_inputs(count)
+                pristine = ahead if ahead is not None and len(ahead) == count else self.env.fresh_inputs(count)
                 ahead = None
             pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own
             order = timing.window_order([env.ref, self.cand], order if pair % 2 else None, self.rng)
@@ -305,7 +302,7 @@ class Referee:
                 resume_at = time.perf_counter() + tc.settle_s
                 pristine = None  # checked and verified: its memory goes to the next inputs, not beside them
                 with self.phase("inputs"):
-                    ahead = self._fresh_inputs(max(plan.values()))
+                    ahead = self.env.fresh_inputs(max(plan.values()))
                 with self.phase("settle"):
                     timing.settle(resume_at - time.perf_counter())
             rounds += 1
@@ -318,11 +315,13 @@ class Referee:
                     return
                 continue
             if warm:
-                ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
-                cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
-                for side in (env.ref, self.cand):
-                    self.at_overhead[side.name] += timing.at_overhead(side.window, overhead_s)
+                self.windows.append((env.ref.window, self.cand.window))
                 self.candidate_first.append(order[0] is self.cand)
+                if timing.recheck_overhead(self.windows[-1], overhead_s, self.overhead_checks):
+                    self.overhead_checks += 1
+                    with self.phase("null_windows"):
+                        overhead_s = min(overhead_s, self.null_windows(self.env.fresh_inputs(plan["candidate"])))
+                ref_ms, cand_ms, self.at_overhead = timing.per_call_all(self.windows, overhead_s)
             else:
                 # One number of calls for both sides, sized on the reference (so the candidate does not
                 # choose it): whatever the fixed overhead's estimate gets wrong then weighs the same on
@@ -337,7 +336,7 @@ class Referee:
                     warm, timed_since = True, time.monotonic()
                     # The overhead again, now with as many slots written as every recorded window writes.
                     with self.phase("null_windows"):
-                        overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
+                        overhead_s = self.null_windows(self.env.fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)
             if n == tc.min_rounds and not self.replanned and plan["candidate"] < reference_n:
@@ -349,10 +348,10 @@ class Referee:
                 if wider >= 2 * plan["candidate"]:
                     self.replanned = {"from": plan["candidate"], "to": wider}
                     plan = {"reference": wider, "candidate": wider}
-                    ref_ms, cand_ms, self.candidate_first = [], [], []
+                    ref_ms, cand_ms, self.candidate_first, self.windows = [], [], [], []
                     self.at_overhead = {"reference": 0, "candidate": 0}
                     with self.phase("null_windows"):
-                        overhead_s = self.null_windows(self._fresh_inputs(wider))
+                        overhead_s = self.null_windows(self.env.fresh_inputs(wider))
                     timed_since = time.monotonic()
                     continue
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
@@ -388,6 +387,7 @@ class Referee:
                                     hidden, self.env.quiet.idle_s, self.phases)
         self.timing["stopped"] = self.stopped
         self.timing["windows_at_overhead"] = dict(self.at_overhead)
+        self.timing["overhead_checks"] = self.overhead_checks  # timing.recheck_overhead
         if self.replanned:
             self.timing["replanned"] = self.replanned
         self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s)

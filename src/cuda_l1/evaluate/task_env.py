@@ -226,6 +226,12 @@ class TaskEnv:
         self.close_reference()
         self.start_reference()
 
+    def fresh_inputs(self, count: int):
+        """`count` calls' fresh inputs (inputs.RoundInputs), made on the device and synchronised."""
+        with self.supply.gate:  # a task prepared beside it seeds torch's generator (inputs.py)
+            inputs, _ = self.source.fresh(count), self.sync()
+        return inputs
+
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
