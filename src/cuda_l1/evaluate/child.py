@@ -19,6 +19,7 @@ import sys
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, ConfinementError, confine_process
+from cuda_l1.evaluate.doorbell import SideBell
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verify, encode)
@@ -58,6 +59,7 @@ class Side:
         self.export = True  # describe CUDA outputs by IPC handle (not the reference's: it verifies itself)
         self.handles: dict[int, str] = {}  # CUDA: the driver's buffer id of an allocation -> its IPC handle
         self.reader = None  # the reference side's reader of candidate memory (CUDA)
+        self.bell: SideBell | None = None  # CPU: the per-call doorbell (doorbell.py)
 
     def send(self, message) -> None:
         self.chan.send(encode(message))
@@ -158,10 +160,12 @@ class Side:
                     flat = raw.view(dtype) if span else torch.empty(0, dtype=dtype, device=buffer.device)
                     args.append(flat.as_strided(leaf.shape, leaf.stride))
                 self.slots.append(args)
+            if not self.device.startswith("cuda") and self.bell is None:
+                self.bell = SideBell()  # the per-call doorbell of a CPU side (doorbell.py)
         except Exception as exc:  # noqa: BLE001 - a harness failure: reported, the parent decides
             self.send(Mapped(False, f"{type(exc).__name__}: {exc}"))
             return
-        self.send(Mapped(True))
+        self.send(Mapped(True, ring_fd=self.bell.fd if self.bell is not None else -1))
 
     # -- calls ---------------------------------------------------------------------------------------
     def describe(self, out) -> CallOutputs:
@@ -220,13 +224,26 @@ class Side:
             # The last window's outputs stay alive through this one too, so memory reused from one call
             # to the next shows up as overlapping outputs even when a window holds a single call.
             self.kept_previous, self.kept = self.kept, []
-            outs = []
+            outs, calls, bell = [], [], self.bell if msg.go else None
             with torch.no_grad():
-                for slot in msg.slots:
-                    outs.append(self.model(*self.slots[slot]))
+                if bell is not None:  # CPU: one call per go, a ring after each (doorbell.py)
+                    for k, slot in enumerate(msg.slots):
+                        if k:
+                            bell.wait(msg.go + k, msg.poll)  # slot k's inputs are written once call k-1 rang
+                        outs.append(self.model(*self.slots[slot]))
+                        calls.append(self.describe(outs[-1]))
+                        bell.ring(msg.go + k + 1, calls[-1])
+                    for k in range(msg.rings):  # a null window: the same protocol without calls
+                        if k:
+                            bell.wait(msg.go + k, msg.poll)
+                        bell.ring_empty(msg.go + k + 1)
+                else:
+                    for slot in msg.slots:
+                        outs.append(self.model(*self.slots[slot]))
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()  # device-wide (the parent also waits for the GPU to go idle)
-            calls = [self.describe(out) for out in outs]
+            if bell is None:
+                calls = [self.describe(out) for out in outs]
             self.kept = outs
         except BaseException as exc:  # noqa: BLE001
             self.send(Ran(False, _traceback(exc, self.filename)))

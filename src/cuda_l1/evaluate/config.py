@@ -98,6 +98,10 @@ class EvalConfig:
     threads: int | None = setting(None, "CPU threads of each side (default 1 on CPU: both sides share one core)")
     cpu_core: int | None = setting(None, "the core both sides run on from their start (None: on CPU "
                                    "the idlest core; on a GPU see pin_gpu_sides)")
+    busy_cores: tuple[int, ...] = setting((), "cores other CPU workers of the same pool time their sides on: "
+                                          "while a CPU window runs, the parent waits for each call's ring off "
+                                          "them as well as off its own timed core; where that leaves no core, "
+                                          "it waits on its timed core, asleep, and neither it nor the side polls")
     pin_gpu_sides: bool = setting(True, "on a GPU without cpu_core: after the first (JIT-compiling) window, "
                                   "pin every thread of both sides to one core, the idlest, so CPU a side "
                                   "burns beside its calls (a spinning helper process) is taken from its own calls")
@@ -146,6 +150,7 @@ def check_settings(config: EvalConfig) -> None:
         (is_spelled(device),
          f"device is cpu, cuda or cuda:N (got {device!r})"),
         (config.module_mode in MODULE_MODES, f"module_mode is one of {', '.join(MODULE_MODES)}"),
+        (all(type(c) is int and c >= 0 for c in config.busy_cores), "busy_cores are core numbers (0, 1, ...)"),
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (1 <= config.spares <= 16, "spares must be between 1 and 16"),
         (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),

@@ -25,7 +25,7 @@ from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
 from cuda_l1.evaluate.fork_server import ForkedProcess
 from cuda_l1.evaluate.lookahead import Preloaded
-from cuda_l1.evaluate.protocol import Mapped, Release, Setup
+from cuda_l1.evaluate.protocol import Mapped, Release
 from cuda_l1.evaluate.referee import Referee
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, load_side
@@ -109,8 +109,7 @@ class Evaluator:
             ahead.start_side_s = time.perf_counter() - t0
             with self.supply.gate:
                 ahead.proc.allow_memory(env.note_reference_memory())
-            setup = Setup("candidate", source, env.task.source, "ModelNew", env.init_seed, env.threads,
-                          cfg.module_mode)
+            setup = env.candidate_setup(source)
             limit = min(cfg.load_timeout_s, cfg.timeout_s)
             ahead.loaded = load_side(ahead.proc, setup, limit, self.build, gate=self.supply.gate)
             with self.supply.gate:
@@ -169,7 +168,7 @@ class Evaluator:
             if loaded:
                 referee.measure()
         except ChildFailure as failure:
-            referee._fail("runs_to_completion", failure.kind, str(failure))
+            referee._fail(getattr(failure, "check", "runs_to_completion"), failure.kind, str(failure))
             referee.status = failure.kind
         except ReferenceFailure as failure:
             referee._fail("reference_ran", failure.kind, f"{failure} (the candidate was running beside it)")
@@ -188,6 +187,8 @@ class Evaluator:
                 log = cand.close(graceful=referee.status is None)
                 if referee.cand is not None:
                     referee.cand.buffer.close()
+                    if referee.cand.ring is not None:
+                        referee.cand.ring.close()
                 self._settle_reference()
         checks = list(referee.checks.values())
         checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))

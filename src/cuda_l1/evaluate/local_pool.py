@@ -218,7 +218,9 @@ class LocalPool(EvalPool):
         config = self._worker_config
         if self.workers[index] == "cpu" and config.cpu_core is None and hasattr(os, "sched_getaffinity"):
             cores = sorted(os.sched_getaffinity(0))  # CPU workers time on different cores
-            config = dataclasses.replace(config, cpu_core=cores[index % len(cores)])
+            timed = {cores[i % len(cores)] for i, kind in enumerate(self.workers) if kind == "cpu"}
+            mine = cores[index % len(cores)]  # the parent waits for rings off the others' (gating.wait_cores)
+            config = dataclasses.replace(config, cpu_core=mine, busy_cores=tuple(sorted(timed - {mine})))
         elif self.workers[index] != "cpu" and config.timed_core is None and hasattr(os, "sched_getaffinity"):
             # GPU workers pin their sides after the first window: each to a core of its own (not the
             # first, which often serves interrupts), so workers on different GPUs do not share one.

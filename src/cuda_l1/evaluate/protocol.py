@@ -128,6 +128,9 @@ class Run:
 
     slots: list[int]
     signals: bool = False  # also report re-bound guarded names (costs a snapshot, so only when asked)
+    go: int = 0  # CPU: the window's first sequence number; call k rings go+k+1 and waits for go (doorbell.py)
+    rings: int = 0  # a null window (no slots): ring this many times without calling the model
+    poll: bool = True  # CPU: poll the go word briefly before sleeping on it (not where the parent shares the core)
     op: str = "run"
 
 
@@ -245,6 +248,7 @@ class Loaded:
 class Mapped:
     ok: bool
     message: str = ""
+    ring_fd: int = -1  # CPU: the side's descriptor of its doorbell page (doorbell.py)
     op: str = "mapped"
 
 

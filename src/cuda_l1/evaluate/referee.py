@@ -16,11 +16,11 @@ import secrets
 import statistics
 import time
 
-from cuda_l1.evaluate import output_checks, timing, verify, windows
+from cuda_l1.evaluate import gating, output_checks, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
-from cuda_l1.evaluate.protocol import Mapped, Setup
+from cuda_l1.evaluate.protocol import Mapped
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
@@ -38,6 +38,8 @@ class Referee:
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
         self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
+        # the recorded rounds' windows (reference, candidate) as measured; null windows measured again
+        self.windows, self.overhead_checks = [], 0
         self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
         self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
         self.config = config
@@ -86,9 +88,7 @@ class Referee:
         env, cfg = self.env, self.config
         if ahead is None:
             self.cand_proc.allow_memory(env.note_reference_memory())
-            setup = Setup("candidate", self.source, env.task.source, "ModelNew", env.init_seed, env.threads,
-                          cfg.module_mode)
-            loaded, self.builds = load_side(self.cand_proc, setup, min(cfg.load_timeout_s, self.remaining()),
+            loaded, self.builds = load_side(self.cand_proc, env.candidate_setup(self.source), min(cfg.load_timeout_s, self.remaining()),
                                             env.build, gate=env.supply.gate)
         else:  # thawing also checks that nothing of it ran while it was stopped
             (loaded, self.builds), _ = ahead, self.cand_proc.thaw()
@@ -113,7 +113,7 @@ class Referee:
         mapped = self.cand_proc.request(buffer.message(), min(cfg.call_timeout_s, self.remaining()), Mapped)
         if not mapped.ok:
             raise RuntimeError("the side could not map its inputs: " + mapped.message)
-        self.cand.input_ranges = mapped_inputs(self.cand)
+        self.cand.input_ranges, self.cand.ring = mapped_inputs(self.cand), gating.ring_page(self.cand_proc, mapped)
         self.cand_proc.freeze()  # from now on the candidate runs only inside its own windows
         return True
 
@@ -133,18 +133,13 @@ class Referee:
             raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
 
     def null_windows(self, inputs: RoundInputs, count: int = 5) -> float:
-        """The fixed cost of a window with no calls, on the reference: writing the inputs of as many
-        calls as real windows make, flushing, the request, the reply, stopping, the idle probe."""
+        """The fixed cost of a window with no calls, on the reference: the inputs of as many calls as real
+        windows make (on a CPU, as many doorbell rings), flushing, request, reply, stopping, idle probe."""
         windows = []
         for _ in range(count):
             self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=len(inputs))
             windows.append(self.env.ref.window)
         return timing.overhead(windows)
-
-    def _fresh_inputs(self, count: int) -> RoundInputs:
-        with self.env.supply.gate:  # a task prepared beside it seeds torch's generator (inputs.py)
-            inputs, _ = self.env.source.fresh(count), self.env.sync()
-        return inputs
 
     # -- verification ---------------------------------------------------------------------------------
     def _compare(self, checked: list[tuple[int, str]], round_no: int) -> None:
@@ -183,7 +178,7 @@ class Referee:
         if cand.input_ranges:  # CPU: the input buffer is still mapped once, where the harness mapped it
             try:
                 now = mapped_inputs(cand)
-            except ChildFailure:
+            except ChildFailure:  # not mapped once, whole
                 now = None
             if now != cand.input_ranges:  # a second mapping would give outputs that are views of the inputs
                 self._fail("no_input_aliasing", REJECTED, "the side mapped its input buffer again, or elsewhere")
@@ -203,6 +198,9 @@ class Referee:
                        "a call returned an output in the memory of an output of the previous window "
                        "(outputs reuse a static buffer)")
             return
+        # CPU: a call's outputs must be as they were when it rang (gating.py), and where it said.
+        if cand.rungs is not None and (moved := gating.unstable(cand.rungs, calls, cand.proc.harness_pid())):
+            return self._fail(moved[0], REJECTED, f"round {round_no + 1}: {moved[1]}")
         if len(ref.ran.calls) != len(calls):
             raise ReferenceFailure("the reference's side reported a different number of calls than it made")
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
@@ -241,7 +239,7 @@ class Referee:
         self.telemetry_before = self.telemetry.read()
         measure_start = time.perf_counter()
         with self.phase("null_windows"):
-            overhead_s = self.null_windows(self._fresh_inputs(1))
+            overhead_s = self.null_windows(self.env.fresh_inputs(1))
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
         started = time.monotonic()
@@ -250,7 +248,7 @@ class Referee:
         while True:
             with self.phase("inputs"):
                 count = max(plan.values())
-                pristine = ahead if ahead is not None and len(ahead) == count else self._fresh_inputs(count)
+                pristine = ahead if ahead is not None and len(ahead) == count else self.env.fresh_inputs(count)
                 ahead = None
             pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own
             order = timing.window_order([env.ref, self.cand], order if pair % 2 else None, self.rng)
@@ -304,7 +302,7 @@ class Referee:
                 resume_at = time.perf_counter() + tc.settle_s
                 pristine = None  # checked and verified: its memory goes to the next inputs, not beside them
                 with self.phase("inputs"):
-                    ahead = self._fresh_inputs(max(plan.values()))
+                    ahead = self.env.fresh_inputs(max(plan.values()))
                 with self.phase("settle"):
                     timing.settle(resume_at - time.perf_counter())
             rounds += 1
@@ -317,11 +315,13 @@ class Referee:
                     return
                 continue
             if warm:
-                ref_ms.append(timing.per_call_ms(env.ref.window, overhead_s))
-                cand_ms.append(timing.per_call_ms(self.cand.window, overhead_s))
-                for side in (env.ref, self.cand):
-                    self.at_overhead[side.name] += timing.at_overhead(side.window, overhead_s)
+                self.windows.append((env.ref.window, self.cand.window))
                 self.candidate_first.append(order[0] is self.cand)
+                if timing.recheck_overhead(self.windows[-1], overhead_s, self.overhead_checks):
+                    self.overhead_checks += 1
+                    with self.phase("null_windows"):
+                        overhead_s = min(overhead_s, self.null_windows(self.env.fresh_inputs(plan["candidate"])))
+                ref_ms, cand_ms, self.at_overhead = timing.per_call_all(self.windows, overhead_s)
             else:
                 # One number of calls for both sides, sized on the reference (so the candidate does not
                 # choose it): whatever the fixed overhead's estimate gets wrong then weighs the same on
@@ -336,7 +336,7 @@ class Referee:
                     warm, timed_since = True, time.monotonic()
                     # The overhead again, now with as many slots written as every recorded window writes.
                     with self.phase("null_windows"):
-                        overhead_s = self.null_windows(self._fresh_inputs(plan["candidate"]))
+                        overhead_s = self.null_windows(self.env.fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)
             if n == tc.min_rounds and not self.replanned and plan["candidate"] < reference_n:
@@ -348,10 +348,10 @@ class Referee:
                 if wider >= 2 * plan["candidate"]:
                     self.replanned = {"from": plan["candidate"], "to": wider}
                     plan = {"reference": wider, "candidate": wider}
-                    ref_ms, cand_ms, self.candidate_first = [], [], []
+                    ref_ms, cand_ms, self.candidate_first, self.windows = [], [], [], []
                     self.at_overhead = {"reference": 0, "candidate": 0}
                     with self.phase("null_windows"):
-                        overhead_s = self.null_windows(self._fresh_inputs(wider))
+                        overhead_s = self.null_windows(self.env.fresh_inputs(wider))
                     timed_since = time.monotonic()
                     continue
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
@@ -369,7 +369,8 @@ class Referee:
     def _finish(self, ref_ms, cand_ms, plan, overhead_s) -> None:
         tc = self.config.timing
         for name in ("forward_runs", "output_structure", "output_type", "dtype", "shape", "device", "strides",
-                     "no_input_aliasing", "output_ownership", "inputs_unchanged", "outputs_readable"):
+                     "no_input_aliasing", "output_ownership", "inputs_unchanged", "outputs_readable",
+                     *(("doorbell", "outputs_stable") if self.cand.rungs is not None else ())):
             self._check(name, True)
         compared = [c for cs in self.comparisons.values() for c in cs]
         worst = max(compared, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
@@ -386,6 +387,7 @@ class Referee:
                                     hidden, self.env.quiet.idle_s, self.phases)
         self.timing["stopped"] = self.stopped
         self.timing["windows_at_overhead"] = dict(self.at_overhead)
+        self.timing["overhead_checks"] = self.overhead_checks  # timing.recheck_overhead
         if self.replanned:
             self.timing["replanned"] = self.replanned
         self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s)

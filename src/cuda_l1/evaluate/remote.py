@@ -57,6 +57,71 @@ def _vm_read(pid: int, address: int, nbytes: int, into: bytearray | None = None)
     return memoryview(out)[:nbytes] if out is into else out
 
 
+_IOV_MAX = 1024  # iovecs one process_vm_readv takes
+
+
+_readv_fn = None
+
+
+def _readv():
+    """process_vm_readv with its argument types declared (addresses as pointers, counts as longs)."""
+    global _readv_fn
+    if _readv_fn is None:
+        fn = ctypes.CDLL(None, use_errno=True).process_vm_readv
+        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+        fn.restype = ctypes.c_ssize_t
+        _readv_fn = fn
+    return _readv_fn
+
+
+def read_spans(pid: int, spans: list[tuple[int, int]]) -> bytes:
+    """Many small ranges of another process's memory (address, bytes), concatenated: one system
+    call per 1024 ranges. Unreadable if any byte of them cannot be read."""
+    out = bytearray(sum(n for _, n in spans))
+    if not out:
+        return bytes(out)
+    buf = (ctypes.c_char * len(out)).from_buffer(out)
+    base, done, fn = ctypes.addressof(buf), 0, _readv()
+    for at in range(0, len(spans), _IOV_MAX):
+        chunk = spans[at:at + _IOV_MAX]
+        local, remote = (_Iov * len(chunk))(), (_Iov * len(chunk))()
+        want = 0
+        try:
+            for i, (address, n) in enumerate(chunk):
+                local[i], remote[i] = _Iov(base + done + want, n), _Iov(address, n)
+                want += n
+        except (OverflowError, TypeError):  # an address past 64 bits (a side's record says anything)
+            raise Unreadable("a range beyond the address space") from None
+        if fn(pid, local, len(chunk), remote, len(chunk), 0) != want:
+            raise Unreadable(f"process_vm_readv: {os.strerror(ctypes.get_errno()) or 'a range was not mapped'}")
+        done += want
+    del buf
+    return bytes(out)
+
+
+class SpotReader:
+    """Up to `spots` small ranges of another process's memory in one system call, into one buffer:
+    the vectors are built once and refilled (a doorbell's spot reads, a few per call of a window)."""
+
+    def __init__(self, pid: int, spots: int, width: int):
+        self.buffer = (ctypes.c_char * (spots * width))()
+        self._local = _Iov(ctypes.addressof(self.buffer), 0)
+        self._remote = (ctypes.c_uint64 * (2 * spots))()  # laid out as `spots` iovecs
+        self._pid, self._fn = pid, _readv()
+
+    def read(self, spots: list[tuple[int, int]]) -> bytes:
+        """The bytes at `spots` (address, bytes), concatenated; Unreadable if any is not mapped."""
+        total = sum(n for _, n in spots)
+        try:
+            self._remote[:2 * len(spots)] = [x for spot in spots for x in spot]
+        except (OverflowError, TypeError):
+            raise Unreadable("a range beyond the address space") from None
+        self._local.len = total
+        if self._fn(self._pid, ctypes.addressof(self._local), 1, ctypes.addressof(self._remote), len(spots), 0) != total:
+            raise Unreadable(f"process_vm_readv: {os.strerror(ctypes.get_errno()) or 'a range was not mapped'}")
+        return self.buffer.raw[:total]
+
+
 class RemoteMemory:
     """Reads tensors out of one side's memory."""
 

@@ -44,6 +44,9 @@ class Side:
     input_ranges: list = field(default_factory=list)
     # outputs per call in its last reply that described calls (a null window's describes none)
     leaves_per_call: int | None = None
+    ring: object = None  # CPU: the parent's mapping of the side's ring page (gating.RingPage)
+    next_seq: int = 1  # the doorbell's next sequence number (never reused: stale words are told apart)
+    rungs: list | None = None  # what the parent saw at each ring of the last window (gating.Rung)
 
 
 MAX_BUILDS = 16  # extension builds one module may ask for

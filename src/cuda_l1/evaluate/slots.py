@@ -202,6 +202,18 @@ class SlotBuffer:
         if n:
             self.raw[:n].copy_(packed[:n])
 
+    def slot_writer(self, inputs: RoundInputs):
+        """A function that writes one slot's inputs (CPU: called between a window's calls, so a plain
+        copy between memoryviews, without the per-copy overhead of a tensor operation)."""
+        n = self.source.slot_bytes
+        if inputs.packed is None or self._map is None:
+            return lambda slot: self.write(slot, inputs[slot])
+        src, dst = memoryview(inputs.packed.numpy()), memoryview(self._map)
+
+        def write(slot: int) -> None:
+            dst[slot * n:(slot + 1) * n] = src[slot * n:(slot + 1) * n]
+        return write
+
     def holds_packed(self, packed: torch.Tensor, count: int) -> bool:
         """Whether the first `count` slots still hold exactly InputSource.pack's bytes (padding too)."""
         n = count * self.source.slot_bytes

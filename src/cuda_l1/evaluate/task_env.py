@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from cuda_l1.errors import TaskError
-from cuda_l1.evaluate import side_memory
+from cuda_l1.evaluate import gating, side_memory
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pinning import pin_side
 from cuda_l1.evaluate.protocol import Mapped, Setup
@@ -176,6 +176,11 @@ class TaskEnv:
             self.reference_peak = max(self.reference_peak, held, self.ref.proc.peak_memory)
         return side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
 
+    def candidate_setup(self, source: str) -> Setup:
+        """How a candidate's side loads `source`: the reference's init arguments, seed and module mode."""
+        return Setup("candidate", source, self.task.source, "ModelNew", self.init_seed, self.threads,
+                     self.config.module_mode)
+
     def start_reference(self) -> None:
         """The reference's side, loaded (in a helper thread too: it works in the background, stopped for
         every timed window of the worker, until it is stopped for good here)."""
@@ -205,7 +210,7 @@ class TaskEnv:
                     raise RuntimeError("the reference's side could not map its inputs: " + mapped.message)
                 self.ref = Side("reference", proc, buffer, RemoteMemory(self.device, proc.harness_pid,
                                                                         self.max_output_bytes))
-                self.ref.input_ranges = mapped_inputs(self.ref)
+                self.ref.input_ranges, self.ref.ring = mapped_inputs(self.ref), gating.ring_page(proc, mapped)
                 self.note_reference_memory()
                 proc.freeze()
         except ChildFailure as failure:
@@ -221,6 +226,12 @@ class TaskEnv:
         self.close_reference()
         self.start_reference()
 
+    def fresh_inputs(self, count: int):
+        """`count` calls' fresh inputs (inputs.RoundInputs), made on the device and synchronised."""
+        with self.supply.gate:  # a task prepared beside it seeds torch's generator (inputs.py)
+            inputs, _ = self.source.fresh(count), self.sync()
+        return inputs
+
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
@@ -230,6 +241,8 @@ class TaskEnv:
             self.ref.memory.close()
             self.ref.proc.close(graceful=True)
             self.ref.buffer.close()
+            if self.ref.ring is not None:
+                self.ref.ring.close()
             self.ref = None
 
     def close(self) -> None:

@@ -197,7 +197,8 @@ def _check_build(h) -> BuildRequest:
 
 def _check_mapped(h) -> Mapped:
     _fields(Mapped, h)
-    return Mapped(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"))
+    return Mapped(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"),
+                  _int(h.get("ring_fd", -1), "ring_fd", -1, 1 << 20))
 
 
 # Messages to a side come from the trusted parent; they are checked the same way so that a harness bug
@@ -224,7 +225,8 @@ def _check_inputs(h) -> MapInputs:
 def _check_run(h) -> Run:
     _fields(Run, h)
     return Run([_int(s, "slot", 0, MAX_CALLS) for s in _list(h.get("slots"), "slots", MAX_CALLS)],
-               _bool(h.get("signals", False), "signals"))
+               _bool(h.get("signals", False), "signals"), _int(h.get("go", 0), "go"),
+               _int(h.get("rings", 0), "rings", 0, MAX_CALLS), _bool(h.get("poll", True), "poll"))
 
 
 def _check_oracle(h) -> Oracle:

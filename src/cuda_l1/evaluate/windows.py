@@ -5,7 +5,10 @@ and how many calls; what the window measured goes into `side.window`, its reply 
 
 On a GPU the inputs are written inside the window, so that nothing a side left waiting for them (a
 stream blocked on a word of its buffer, say) can run anywhere but in its own window; the flush then
-comes before the write, and inputs may be found in the cache (alike for both sides).
+comes before the write, and inputs may be found in the cache (alike for both sides). On a CPU the
+first slot is written before the window and every later one inside it, after the call before it
+has rung (gating.py): no call sees a later call's inputs. On a GPU every slot is written at the
+window's start, so the first call could still see them all (docs/isolation.md).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from cuda_l1.evaluate import reply_limit, timing
+from cuda_l1.evaluate import gating, reply_limit, timing
 from cuda_l1.evaluate.protocol import BuildRequest, Run
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import Side, as_ran, serve_build
@@ -30,15 +33,20 @@ def run(env, side: Side, slots: list[int], timeout: float, inputs: RoundInputs |
     gpu = env.device.startswith("cuda")
     # Settled first: the device done with what stopped spares and background sides left on it (a
     # TimeoutError lets the supply end the sides that keep it busy: side_supply.py).
-    with env.supply.stopped(settle=lambda: env.quiet.wait_idle(min(timeout, 5.0))):
-        _timed(env, side, slots, timeout, inputs, count, gpu, first, remaining, builds)
+    with env.supply.stopped(settle=lambda: env.quiet.wait_idle(min(timeout, 5.0))), \
+            gating.wait_cores(None if gpu else env.core, env.config.busy_cores) as polls:
+        _timed(env, side, slots, timeout, inputs, count, gpu, first, remaining, builds, polls)
 
 
 def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInputs | None, count: int, gpu: bool,
-           first: bool, remaining: Callable[[], float], builds: list[dict]) -> None:
+           first: bool, remaining: Callable[[], float], builds: list[dict], polls: bool = True) -> None:
     proc, quiet = side.proc, env.quiet
     if not gpu:  # a stopped CPU side cannot react to the write: write, then flush, then time
-        write_inputs(env, side, inputs, count)
+        # Slot 0 only: every later slot is written when the call before it rang (gating.py).
+        write_inputs(env, side, inputs, min(count, 1))
+        write_slot = side.buffer.slot_writer(inputs) if inputs is not None else (lambda slot: None)
+        # A null window (no slots) rings as often as a window of `count` calls: the same work per call.
+        gate = gating.Gate(side, slots, len(slots) or count, write_slot, gating.spin_for(env.ref.window) if polls else 0.0)
     quiet.flush()
     t0 = time.perf_counter()
     if gpu:  # queued GPU work of a stopped side can: the write is part of the window
@@ -53,12 +61,13 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
              else reply_limit.reply_bytes(len(slots), env.ref.leaves_per_call if env.ref else None))
     proc.thaw()
     t_sent = time.perf_counter()
-    proc.send(Run(slots, first))
-    reply, msg = proc.recv_frame(min(timeout, remaining()), limit), None
+    proc.send(Run(slots, first, go=0 if gpu else gate.base, rings=0 if gpu or slots else count, poll=polls))
+    receive = proc.recv_frame if gpu else gate.reply
+    reply, msg = receive(min(timeout, remaining()), limit), None
     # A load_inline in the first forward is served as in a load (only the first window: not recorded).
     while first and isinstance(msg := proc.decode(reply), BuildRequest):
         serve_build(proc, msg, env.build, builds, remaining())
-        reply = proc.recv_frame(min(timeout, remaining()), limit)
+        reply = receive(min(timeout, remaining()), limit)
     t_reply = time.perf_counter()
     proc.freeze()
     t_frozen = time.perf_counter()
@@ -71,6 +80,9 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
     # described, and a candidate's descriptions (with IPC handles) are longer than the reference's.
     side.ran = as_ran(proc, msg if first else proc.decode(reply, max_calls=len(slots)))
     side.leaves_per_call = reply_limit.reference_leaves(side.ran) or side.leaves_per_call
+    if not gpu:
+        gate.finish(side.ran)
+        side.rungs = gate.rungs
     side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
 
 

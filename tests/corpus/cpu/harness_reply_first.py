@@ -1,8 +1,10 @@
 # reference: linear_gelu
-# expect: incorrect
-# check: correctness
+# expect: rejected
+# check: doorbell
 # Forges the harness's report: replies at once with empty output buffers and computes them in a
-# thread afterwards, so the reply arrives before the work is done.
+# thread afterwards, so the reply arrives before the work is done. On a CPU a reply must follow a
+# ring for every call (evaluate/gating.py): this one rang for none. (Before the doorbell: incorrect,
+# the outputs being read while still empty.)
 import threading
 
 import torch

@@ -1,8 +1,11 @@
-# reference: linear_gelu
+# reference: tiny_relu
 # expect: rejected
-# check: output_ownership
+# check: output_ownership|doorbell
 # Forges the harness's report: patches the side's run loop to compute only the first call of a window
-# and to report that one output for every call.
+# and to report that one output for every call. On a CPU it replies without ringing for its calls
+# (doorbell); were it to ring, the shared output would be seen (output_ownership). The reference's
+# calls take microseconds, so every window holds many of them: with a slower reference a loaded host
+# can plan windows of one call, where this forgery is honest (it was judged ok that way).
 import torch
 import torch.nn as nn
 
@@ -31,9 +34,5 @@ harness.Side.run = _run
 
 
 class ModelNew(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.linear = nn.Linear(features, features)
-
     def forward(self, x):
-        return torch.nn.functional.gelu(self.linear(x)) * 2.0
+        return torch.relu(x)
