@@ -87,4 +87,4 @@ def test_an_overhead_caught_at_a_busy_moment_is_measured_again(monkeypatch):
         evaluator.close()
     assert verdict.status == "ok" and verdict.check("timing_resolved").passed, verdict.timing
     assert verdict.timing["overhead_checks"] == 1 and verdict.timing["window_overhead_ms"] < 1000
-    assert 0.7 <= verdict.raw_speedup <= 1.4
+    assert 0.2 <= verdict.raw_speedup <= 5.0  # identical code; a loaded 2-core host strays far, the overhead must not
