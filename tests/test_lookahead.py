@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.device_room import DeviceRoom
 from cuda_l1.evaluate.evaluator import Evaluator
 from cuda_l1.evaluate.jobs import EvalJob, Evaluators
 from cuda_l1.evaluate.local_pool import LocalPool
@@ -186,6 +187,48 @@ def test_evaluators_prepare_a_task_once_and_keep_busy_ones():
     evaluators.get(tasks[2])  # now the oldest unneeded ones go
     assert closed == [tasks[0].id, tasks[1].id]
     evaluators.close()
+
+
+def test_without_room_on_the_device_a_task_waits_for_its_turn_and_then_retires_the_rest():
+    """KernelBench level 1 on the H200: three elementwise tasks of 6 GiB inputs held at once left the
+    next one's float64 oracle without memory. A task needing more than is free is not prepared ahead,
+    and in its own turn every held evaluator no busy task needs is closed first."""
+    GiB = 1 << 30
+    held_bytes = {}  # task id -> device bytes its evaluator holds
+    closed, cached_released = [], []
+
+    class Ev:
+        def __init__(self, task):
+            self.task = task
+            held_bytes[task.id] = 40 * GiB
+
+        def close(self):
+            closed.append(self.task.id)
+            held_bytes.pop(self.task.id)
+
+    class Room(DeviceRoom):
+        def release_cached(self):
+            cached_released.append(True)
+
+    room = Room("cuda", free=lambda: 140 * GiB - sum(held_bytes.values()), need=lambda source: 40 * GiB)
+    tasks = [make_task(TASK.replace("2.0", f"{k}.0"), name=f"{k}_t", level=1, origin=f"test:{k}") for k in range(4)]
+    evaluators = Evaluators(Ev, keep=4, room=room)  # the room, not `keep`, retires here
+    ahead = Lookahead(evaluators, depth=1)
+    try:
+        evaluators.get(tasks[0])
+        evaluators.get(tasks[1])
+        assert evaluators.fits(tasks[2]) and evaluators.fits(tasks[3])  # 60 GiB free, 40 needed
+        evaluators.get(tasks[2], busy=[tasks[1].id])
+        assert not evaluators.fits(tasks[3]) and evaluators.fits(tasks[2])  # 20 GiB free; a held task fits
+        ahead.start("next", tasks[3], TASK + MODEL_NEW, [tasks[2].id])
+        assert ahead.take("next") == (None, None, None)  # not loaded ahead: judged in its own turn
+        assert tasks[3].id not in evaluators.task_ids() and closed == []
+        evaluators.get(tasks[3], busy=[tasks[2].id])  # its turn: 0 and 1 go (2 is busy), then room
+        assert closed == [tasks[0].id, tasks[1].id] and cached_released
+        assert set(evaluators.task_ids()) == {tasks[2].id, tasks[3].id}
+    finally:
+        ahead.close()
+        evaluators.close()
 
 
 # -- real sides on the CPU --------------------------------------------------------------------------

@@ -80,9 +80,12 @@ class Evaluators:
     running job needs) is never closed, and one being prepared is waited for, not prepared twice.
     """
 
-    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES, quiet_lock=None):
+    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES, quiet_lock=None, room=None):
         self.make = make  # task -> Evaluator
         self.keep = max(1, keep)
+        # On a GPU (device_room.DeviceRoom): a task prepared without room on the device for it first
+        # retires every held evaluator that no busy task needs, and `fits` tells a load ahead to wait.
+        self.room = room
         # Held while retired evaluators are closed and collected (a worker's SideSupply.gate: their
         # reference sides exit and the collector holds the interpreter, never beside a timed window).
         self.quiet_lock = quiet_lock if quiet_lock is not None else contextlib.nullcontext()
@@ -100,16 +103,15 @@ class Evaluators:
                 self._held.move_to_end(task.id)  # most recently used last
                 return evaluator
             while len(self._held) >= self.keep:
-                old_id = next((k for k, v in self._held.items() if k not in busy and v is not _PREPARING), None)
-                if old_id is None:
+                if not self._retire_one(busy, retired):
                     break
-                retired.append(self._held.pop(old_id))
             self._held[task.id] = _PREPARING
-        with self.quiet_lock:
-            for old in retired:
-                old.close()
-            del retired
-            gc.collect()  # reference modules and tensors can sit in reference cycles
+        self._close(retired)
+        if self.room is not None and not self.room.fits(task):
+            with self._changed:
+                while self._retire_one(busy, retired):
+                    pass
+            self._close(retired)
         try:
             evaluator = self.make(task)
         except BaseException:
@@ -121,6 +123,31 @@ class Evaluators:
             self._held[task.id] = evaluator
             self._changed.notify_all()
         return evaluator
+
+    def fits(self, task: Task) -> bool:
+        """Whether `task` may be prepared now beside what is held (always, but on a GPU without room)."""
+        with self._changed:
+            held = task.id in self._held
+        return held or self.room is None or self.room.fits(task)
+
+    def _retire_one(self, busy: set, retired: list) -> bool:
+        """Move the least recently used evaluator that no busy task needs to `retired` (lock held)."""
+        old_id = next((k for k, v in self._held.items() if k not in busy and v is not _PREPARING), None)
+        if old_id is None:
+            return False
+        retired.append(self._held.pop(old_id))
+        return True
+
+    def _close(self, retired: list) -> None:
+        if not retired:
+            return
+        with self.quiet_lock:
+            for old in retired:
+                old.close()
+            retired.clear()
+            gc.collect()  # reference modules and tensors can sit in reference cycles
+            if self.room is not None:
+                self.room.release_cached()
 
     def task_ids(self) -> list[str]:
         with self._changed:

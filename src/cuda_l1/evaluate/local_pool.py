@@ -85,10 +85,10 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
 
         shared()
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
-    from cuda_l1.evaluate.lookahead import lookahead_of
-    from cuda_l1.evaluate.task_env import prime_supply
+    from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES
-    from cuda_l1.evaluate.lookahead import Lookahead
+    from cuda_l1.evaluate.lookahead import Lookahead, lookahead_of
+    from cuda_l1.evaluate.task_env import prime_supply
     from cuda_l1.evaluate.side_supply import SideSupply
 
     config = dataclasses.replace(config, device=device)
@@ -102,7 +102,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     depth = lookahead_of(config)
     # One more prepared task than without lookahead: the next one, prepared while this one is judged.
     evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
-                            keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate)
+                            keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate,
+                            room=room_for(config.device))
     ahead = Lookahead(evaluators, depth)
     queued: collections.deque = collections.deque()
     while True:

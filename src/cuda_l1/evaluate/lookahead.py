@@ -80,6 +80,8 @@ class Lookahead:
 
     def _load(self, task, source: str, busy: frozenset) -> tuple[Any, Any, BaseException | None]:
         try:
+            if not self.evaluators.fits(task):  # no room on the device now: prepared in its own turn
+                return None, None, None
             evaluator = self.evaluators.get(task, busy)
         except BaseException as exc:  # noqa: BLE001 - a task that cannot be prepared: the job's error
             return None, None, exc

@@ -63,7 +63,10 @@ def _specials(t: torch.Tensor) -> torch.Tensor:
 
 
 def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, config: ToleranceConfig) -> Comparison:
-    """Compare one output leaf. The three tensors have the same shape and sit on one device (any)."""
+    """Compare one output leaf. The three tensors have the same shape; `cand` and `ref` sit on one
+    device, and the oracle may sit elsewhere (the float64 oracle falls back to the CPU where the
+    device has no room for it): it is brought over a chunk at a time, so that a 6 GiB float32
+    output's 12 GiB oracle never needs a copy of its whole size on the device."""
     if cand.shape != ref.shape:
         return Comparison(False, f"shape {list(cand.shape)} != reference {list(ref.shape)}")
     if not (ref.is_floating_point() or ref.is_complex()):
@@ -95,7 +98,7 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
                 cand_err = max(cand_err, (cf - rf).abs().max().item())
                 ref_scale = max(ref_scale, rf.abs().max().item())
             continue
-        o = o_all[start:start + _CHUNK].to(wide)
+        o = o_all[start:start + _CHUNK].to(device=c.device, dtype=wide)
         if narrow:
             rounded = o.to(ref.dtype).to(wide)
             o = torch.where(torch.isfinite(rounded), rounded, o)  # beyond the dtype's range: as is

@@ -34,6 +34,7 @@ from ray import exceptions as ray_errors
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.device_room import room_for
 from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.ray_cluster import connect, runtime_env_secrets
 from cuda_l1.evaluate.verdict import Verdict
@@ -51,7 +52,7 @@ class EvalWorker:
         # Ray pins the actor's GPU through CUDA_VISIBLE_DEVICES, so "cuda" here is that one GPU.
         self.device = "cuda" if device.startswith("cuda") else "cpu"
         self.config = dataclasses.replace(config, device=self.device)
-        self.evaluators = Evaluators(self._make)
+        self.evaluators = Evaluators(self._make, room=room_for(self.device))
         self.supply = None  # fresh sides shared by this actor's evaluators (side_supply.py)
 
     def _make(self, task):

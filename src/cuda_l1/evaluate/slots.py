@@ -55,8 +55,13 @@ class InputSource:
         self.module = module
         self.device = device
         self.origin = origin
-        self.sample = self.generate(0)
-        self.slot_specs, self.slot_bytes = self._layout(self.sample)
+        sample = self.generate(0)
+        self.slot_specs, self.slot_bytes = self._layout(sample)
+        # Kept as shapes and dtypes only (meta tensors): the values were needed for the layout, and a
+        # KernelBench level-1 input of 6 GiB held on the device for the task's lifetime was a sixth of
+        # what a worker holding three tasks ran out of.
+        self.sample = [v.to("meta") if isinstance(v, torch.Tensor) else v for v in sample]
+        del sample
 
     def generate(self, seed: int | None) -> list:
         values = inputs_mod.make_inputs(self.module, seed, self.device)

@@ -1,0 +1,77 @@
+"""Room on the device for a task: whether a worker may prepare another task's reference beside the
+ones it holds.
+
+A worker holds the prepared references of its recent tasks (jobs.Evaluators) and prepares the next
+candidates' tasks ahead (lookahead.py). On KernelBench's level 1 an elementwise task's input is
+6 GiB and its output as large; one such task's evaluation holds about twelve times that on the
+device (below), and a worker holding three of them at once left 3 GiB of an H200's 140 free: the
+next task's float64 oracle failed, and seven level-1 verdicts were `runtime_error` for it.
+
+So on a GPU a task is prepared ahead only when the device has room for it now, and a task prepared
+in its own turn first retires every held reference that no queued job needs until there is room.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+# What one evaluation of a task holds on the device, in multiples of one call's input and output
+# bytes. Inputs: a round's values as generated and packed, and the two sides' input buffers. Outputs:
+# each side keeps two windows' outputs, and the float64 oracle doubles the reference's output and
+# its inputs (counted in the outputs' multiple, since an elementwise task's are of one size).
+INPUT_COPIES = 4
+OUTPUT_COPIES = 8
+HEADROOM_BYTES = 2 << 30  # the sides' own contexts and the caching allocators' slack
+
+
+def task_bytes(source: str) -> int:
+    """Device bytes an evaluation of the task with this source is expected to hold (0 when its
+    shapes cannot be found on torch's meta device: such a task is not held back)."""
+    from cuda_l1.tasks.runtime import meta_footprint
+
+    try:
+        footprint = meta_footprint(source)
+    except Exception:  # noqa: BLE001 - an estimate only: data-dependent shapes, explicit devices
+        return 0
+    return INPUT_COPIES * footprint["input_bytes"] + OUTPUT_COPIES * footprint["output_bytes"]
+
+
+class DeviceRoom:
+    """Free memory of one CUDA device against what a task needs (`free` and `need` can be given, for
+    tests and other devices)."""
+
+    def __init__(self, device: str, free: Callable[[], int] | None = None,
+                 need: Callable[[str], int] | None = None):
+        self.device = device
+        self._free = free or self._cuda_free
+        self._need = need or task_bytes
+        self._needs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _cuda_free(self) -> int:
+        import torch
+
+        return torch.cuda.mem_get_info(torch.device(self.device))[0]
+
+    def need(self, task) -> int:
+        with self._lock:
+            if task.id not in self._needs:
+                self._needs[task.id] = self._need(task.source)
+            return self._needs[task.id]
+
+    def fits(self, task) -> bool:
+        need = self.need(task)
+        return need == 0 or self._free() >= need + HEADROOM_BYTES
+
+    def release_cached(self) -> None:
+        """Give the parent's cached device blocks back, so that other processes see them free."""
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def room_for(device: str) -> DeviceRoom | None:
+    """The room of a worker's device: none to watch on a CPU, where inputs are host memory that the
+    sides' own limits count."""
+    return DeviceRoom(device) if device.startswith("cuda") else None
