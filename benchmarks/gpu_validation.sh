@@ -68,7 +68,7 @@ for s in "${steps[@]}"; do
         tail -c 4000 "$out/smoke.log"
         exit 1
       fi ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_S:-300}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
+    gpu-tests) step gpu-tests "${GPU_TESTS_S:-420}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
         tests/test_adversarial_gpu.py tests/test_build.py ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
         --out "$out/gpu-corpus.jsonl" ;;
