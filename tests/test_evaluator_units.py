@@ -292,6 +292,28 @@ def test_conservative_speedup_rounds_toward_one():
     assert conservative_speedup(1.02, 0.98, 1.06) == 1.0
 
 
+def test_the_spread_between_processes_scores_identical_code_one_and_keeps_a_real_speedup():
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.timing import Estimate, process_spread, widen
+
+    # Identical code, as measured: GELU on the H200 (0.965, rounds' interval 0.937-0.988) and on the
+    # 2-core CPU host (0.914 with 0.875-0.955; DepthwiseConv2d 1.078 with 1.045-1.11).
+    for (point, lo, hi), spread in (((0.965, 0.937, 0.988), 0.0075), ((0.914, 0.875, 0.955), 0.04),
+                                    ((1.078, 1.045, 1.11), 0.04)):
+        assert conservative_speedup(point, lo, hi) != 1.0
+        assert conservative_speedup(point, *widen(point, lo, hi, spread)) == 1.0
+    # A real 2x keeps nearly all of its score; the interval only ever widens, around the same point.
+    wide = widen(2.0, 1.95, 2.05, 0.0075)
+    assert wide[0] < 1.95 and wide[1] > 2.05 and conservative_speedup(2.0, *wide) >= 1.9
+    assert widen(2.0, 1.95, 2.05, 0.0) == (1.95, 2.05)
+    assert all(map(math.isnan, widen(1.0, math.nan, math.nan, 0.04)))  # no interval stays none
+    est = Estimate(2.0, *wide, 1.0, 0.5, 1.95, 2.05)
+    assert est.relative_width == (2.05 - 1.95) / 2.0  # the stop rule waits for what rounds can narrow
+    assert process_spread(EvalConfig(device="cpu")) == 0.04
+    assert process_spread(EvalConfig(device="cpu", timing=TimingConfig(process_spread=0.0))) == 0.0
+    assert EvalConfig(device="cpu").config_key() != EvalConfig(device="cpu", timing=TimingConfig(process_spread=0.0)).config_key()
+
+
 def test_static_scan_flags_without_deciding():
     src = "import threading, ctypes\nimport torch\ntorch.matmul = None\ns = torch.cuda.Stream()\nx = y.half()\n"
     found = scan(src)

@@ -65,6 +65,11 @@ class TimingConfig:
     settle_s: float = setting(0.02, "GPU: pause this long after each round's verification, which runs in the "
                               "reference's process and otherwise speeds up its next window by ~4% (with 0.02 "
                               "identical code came out within 2% on 36 of 36 H200 tasks, all scored 1.00)")
+    process_spread: float | None = setting(None, "one standard deviation of identical code's log speedup from one "
+                                           "pair of processes to the next (memory placement), which rounds within "
+                                           "an evaluation cannot see: it widens the interval the score is taken "
+                                           "from. None: 0.0075 on a GPU, 0.04 on a CPU (measured with identical "
+                                           "code over the built-in suite; docs/timing.md)")
     remeasure_above: float = setting(3.0, "re-measure in a fresh process when the speedup exceeds this")
     decide_early: bool = setting(True, "stop once the interval is clear of every speedup the caller decides at "
                                  "(EvalJob.thresholds), after min_rounds")
@@ -133,6 +138,9 @@ class EvalConfig:
         decide = f"{tc.decide_margin:g}" if tc.decide_early else "off"  # early stops give wider intervals
         # The pause applies on a GPU only: CPU verdicts keep the key they had before it existed.
         settle = f"/settle={tc.settle_s:g}" if tc.settle_s and self.device.startswith("cuda") else ""
+        # The device's default spread keeps the keys from before it: it moves only scores within about
+        # 2 spreads of 1.00 to 1.00 (raw speedups and the rounds are as before).
+        settle += f"/spread={tc.process_spread:g}" if tc.process_spread is not None else ""
         timing = ("off" if not tc.enabled else
                   f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}"
                   f"/decide={decide}/oracle={tc.oracle_rate:g}" + settle)
@@ -160,6 +168,7 @@ def check_settings(config: EvalConfig) -> None:
         (1 <= t.warmup_rounds and 1 <= t.min_rounds <= t.max_rounds,
          "timing needs warmup_rounds >= 1 and 1 <= min_rounds <= max_rounds"),
         (t.target_width > 0, "timing target_width must be positive"),
+        (t.process_spread is None or 0 <= t.process_spread <= 0.5, "timing process_spread is between 0 and 0.5"),
         (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
         (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
         (0 <= t.oracle_rate <= 1, "timing oracle_rate is a chance between 0 and 1"),

@@ -219,6 +219,9 @@ class Evaluator:
             # unresolved (by forcing one call a window, say) keeps the score its own windows earn.
             verdict.speedup = est.score if referee.unresolved is None else min(est.score, 1.0)
             verdict.timing = {**referee.timing, **verdict.timing}
+            # `ci` holds the spread between processes too (timing.estimate); the rounds' own interval:
+            verdict.timing["ci_within_rounds"] = [est.within_lo, est.within_hi]
+            verdict.timing["process_spread"] = referee.spread
         # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
         verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}
         verdict.timing["phases_s"].update({f"verify.{k}": round(v, 3) for k, v in referee.verify_spent.items()})

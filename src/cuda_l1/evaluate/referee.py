@@ -36,6 +36,7 @@ class Referee:
         self.env = env  # task_env.TaskEnv: the reference's side, inputs, probe
         # speedups the caller decides at: timing may stop once the interval is clear of all of them
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
+        self.spread = timing.process_spread(config)  # between processes: widens the interval (timing.estimate)
         self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
         # the recorded rounds' windows (reference, candidate) as measured; null windows measured again
@@ -355,14 +356,14 @@ class Referee:
                     timed_since = time.monotonic()
                     continue
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
-                self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first)
+                self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first, self.spread)
             self.stopped = timing.stop_reason(
                 n, self.estimate if n >= tc.min_rounds else None, time.monotonic() - timed_since,
                 min_rounds=tc.min_rounds, max_rounds=tc.max_rounds, max_time_s=tc.max_time_s,
                 target_width=tc.target_width, thresholds=self.thresholds, margin=tc.decide_margin) or ""
             if self.stopped:
                 break
-        self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first)
+        self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first, self.spread)
         self.phases["measure_total"] = time.perf_counter() - measure_start
         self._finish(ref_ms, cand_ms, plan, overhead_s)
 
