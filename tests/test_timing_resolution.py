@@ -46,16 +46,21 @@ def get_init_inputs():
 """
 
 
+def identical_code_verdict():
+    """The reference against itself on the CPU, quick timing, no re-measurement."""
+    evaluator = Evaluator(Task(name="1_ReluPlus", level=1, source=REFERENCE),
+                          EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2))
+    try:
+        return evaluator.evaluate(REFERENCE.replace("class Model(", "class ModelNew("), remeasure=False)
+    finally:
+        evaluator.close()
+
+
 @pytest.mark.slow
 def test_an_evaluation_whose_windows_are_lost_in_the_overhead_scores_one(monkeypatch):
     # An overhead estimate longer than any window: every recorded window of both sides is at the floor.
     monkeypatch.setattr(timing, "overhead", lambda windows: 10.0)
-    evaluator = Evaluator(Task(name="1_ReluPlus", level=1, source=REFERENCE),
-                          EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2))
-    try:
-        verdict = evaluator.evaluate(REFERENCE.replace("class Model(", "class ModelNew("), remeasure=False)
-    finally:
-        evaluator.close()
+    verdict = identical_code_verdict()
     assert verdict.status == "ok" and verdict.speedup == 1.0
     check = next(c for c in verdict.checks if c.name == "timing_resolved")
     assert check.passed is False and not check.blocking and "not measured" in check.detail
@@ -79,12 +84,7 @@ def test_an_overhead_caught_at_a_busy_moment_is_measured_again(monkeypatch):
     # every window; a third, made because of that, is what it is: the speedup is measured after all.
     real, calls = timing.overhead, []
     monkeypatch.setattr(timing, "overhead", lambda windows: 10.0 if len(calls.append(1) or calls) <= 2 else real(windows))
-    evaluator = Evaluator(Task(name="1_ReluPlus", level=1, source=REFERENCE),
-                          EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2))
-    try:
-        verdict = evaluator.evaluate(REFERENCE.replace("class Model(", "class ModelNew("), remeasure=False)
-    finally:
-        evaluator.close()
+    verdict = identical_code_verdict()
     assert verdict.status == "ok" and verdict.check("timing_resolved").passed, verdict.timing
     assert verdict.timing["overhead_checks"] == 1 and verdict.timing["window_overhead_ms"] < 1000
     assert 0.2 <= verdict.raw_speedup <= 5.0  # identical code; a loaded 2-core host strays far, the overhead must not
