@@ -42,7 +42,18 @@ def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
         assert (out / name).stat().st_size > 0
     assert list(out.glob("*.png"))
     again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json")
-    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0}
+    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0, "rejudged": 0}
+    # Verdicts the user no longer trusts are judged again on request, and say what they replaced.
+    redo = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out),
+               "--json", "--no-calibrate", "--rejudge", "ok")
+    assert redo.returncode == 0, redo.stderr[-2000:]
+    assert json.loads(redo.stdout)["counts"] == {"total": 2, "skipped": 0, "evaluated": 2, "reused": 0, "rejudged": 2}
+    with sqlite3.connect(out / "history.sqlite") as conn:
+        stored = [json.loads(v) for (v,) in conn.execute("SELECT verdict FROM verdicts")]
+    assert sorted(v["timing"]["replaced"]["status"] for v in stored) == ["ok", "ok"]
+    assert all(v["timing"]["replaced"]["why"] == "--rejudge ok" and v["attempts"] == 1 for v in stored)
+    typo = cli("bench", str(kb_dir), "--device", "cpu", "--out", str(out), "--rejudge", "runtime-error")
+    assert typo.returncode == 2 and "unknown status runtime-error" in typo.stderr and "Traceback" not in typo.stderr
     rebuilt = cli("report", str(out))
     assert rebuilt.returncode == 0 and "report" in rebuilt.stdout
 

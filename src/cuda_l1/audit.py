@@ -72,8 +72,8 @@ MODE_NOTES = {
 
 def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: EvalConfig, cluster: str = "local",
               workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True,
-              levels: set[int] | None = None) -> dict:
-    """levels: only the records of these levels (None: all)."""
+              levels: set[int] | None = None, rejudge: frozenset[str] = frozenset()) -> dict:
+    """levels: only the records of these levels (None: all); rejudge: stored statuses judged again."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
     candidates, missing = candidates_from_jsonl(path)
@@ -93,7 +93,8 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     ctx = RunContext(out_dir, "audit", {"source": path, "device": str(device)})
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
-                            on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction))
+                            on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
+                            rejudge=rejudge)
         dkey, ckey = device_key(device), config.config_key()
         rows = []
         for cand in candidates:  # resumed candidates come back from the store

@@ -100,21 +100,29 @@ class RunContext:
 def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, device: Device,
                         cluster: str = "local", workers: int | None = None, progress: bool = True,
                         on_result: Callable[[Candidate, Verdict], None] | None = None,
-                        decides_at: Callable[[Candidate], tuple[float, ...]] | None = None) -> dict:
+                        decides_at: Callable[[Candidate], tuple[float, ...]] | None = None,
+                        rejudge: frozenset[str] = frozenset()) -> dict:
     """Judge every candidate through the engine: one not yet judged on this device under these
     settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
     arrives (a kill loses nothing already judged). `on_result` sees each evaluated one; `decides_at`
     gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
-    clear of them). Returns counts."""
+    clear of them). `rejudge`: statuses whose stored verdicts are judged again (Store.reopen_verdict).
+    Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
+    reopened = 0
     for cand in candidates:
         store.add_task(cand.task)
         cid, _ = store.add_candidate(cand.task.id, cand.source, cand.origin, ctx.run_id)
         known = store.verdict_for(cid, dkey, ckey, task_id=cand.task.id)
-        if known is None or not known.settled:  # a resumed run judges again what the evaluation itself failed
-            todo.append((cand, cid))
-    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0, "reused": 0}
+        if known is not None and known.settled and known.status in rejudge:
+            store.reopen_verdict(cid, dkey, ckey, f"--rejudge {known.status}", task_id=cand.task.id)
+            reopened += 1
+        elif known is not None and known.settled:
+            continue
+        todo.append((cand, cid))  # new, reopened, or one the evaluation itself failed (judged again)
+    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0, "reused": 0,
+              "rejudged": reopened}
     if not todo:  # a finished run resumed: no pool is started
         return counts
     with make_pool(cluster, config.device, config, workers) as pool:
@@ -211,9 +219,9 @@ def noise_summary(out_dir: str | Path, rows: list) -> dict:
 def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None,
               device: Device | str | None,
               config: EvalConfig, cluster: str = "local", workers: int | None = None, tasks_source: str | None = None,
-              progress: bool = True, limit: int | None = None) -> dict:
+              progress: bool = True, limit: int | None = None, rejudge: frozenset[str] = frozenset()) -> dict:
     """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory.
-    `limit` keeps the first N tasks (after --levels)."""
+    `limit` keeps the first N tasks (after --levels); `rejudge`: stored statuses judged again."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
     source, tasks_source = for_device(source, device), tasks_source and for_device(tasks_source, device)
@@ -241,7 +249,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": str(device)})
     try:
         counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
-                                     progress=progress)
+                                     progress=progress, rejudge=rejudge)
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()

@@ -71,6 +71,7 @@ def bench_command(
     quick: bool = options.batch_timing(),
     timeout: float = options.timeout(),
     calibrate: bool = options.calibrate(),
+    rejudge: str = options.rejudge(),
     as_json: bool = options.as_json("the summary"),
 ) -> None:
     """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
@@ -82,7 +83,7 @@ def bench_command(
     from cuda_l1.tasks import for_device
 
     chosen = _strategies(strategies)
-    level_set = parse_levels(levels)
+    level_set, statuses = parse_levels(levels), options.parse_statuses(rejudge)
     target = parse_device(device, cluster)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
@@ -90,7 +91,8 @@ def bench_command(
         check_references(noise_tasks, target)
         noise_check(noise_tasks, config, target, out, quiet=as_json)
     result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,
-                       cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit)
+                       cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit,
+                       rejudge=statuses)
     summary = load_summary(out)
     if as_json:
         print_json({**result, "summary": {"overall": summary["overall"], "levels": summary.get("levels", {}),
@@ -100,7 +102,8 @@ def bench_command(
         console.print(f"[yellow]{escape(note)}[/]")
     c = result["counts"]
     console.print(f"{c['evaluated']} evaluated, {c['skipped']} already done (resumed), "
-                  f"{c.get('reused', 0)} duplicate(s) of a judged program")
+                  f"{c.get('reused', 0)} duplicate(s) of a judged program"
+                  + (f", {c['rejudged']} judged again (--rejudge)" if c.get("rejudged") else ""))
     print_summary(summary)
     console.print(f"report: {result['paths']['report']}", markup=False)
 
@@ -119,6 +122,7 @@ def audit_command(
     levels: str = options.levels(),
     quick: bool = options.batch_timing(),
     timeout: float = options.timeout(),
+    rejudge: str = options.rejudge(),
     as_json: bool = options.as_json("the audit"),
 ) -> None:
     """Re-evaluate a published solution set with this evaluator: claimed vs measured, per task and in total.
@@ -130,10 +134,10 @@ def audit_command(
 
     if not solutions.endswith(".jsonl"):
         raise UserError("audit reads a .jsonl solution set.", path=solutions)
-    target = parse_device(device, cluster)
+    target, statuses = parse_device(device, cluster), options.parse_statuses(rejudge)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     result = run_audit(solutions, str(out), device=target, config=config, cluster=cluster, workers=workers,
-                       hold_fraction=hold, progress=True, levels=parse_levels(levels))
+                       hold_fraction=hold, progress=True, levels=parse_levels(levels), rejudge=statuses)
     if as_json:
         print_json(result)
         return

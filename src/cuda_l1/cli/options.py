@@ -68,3 +68,21 @@ def calibrate() -> typer.models.OptionInfo:
 
 def as_json(what: str) -> typer.models.OptionInfo:
     return typer.Option(False, "--json", help=f"Print {what} as JSON.")
+
+
+def rejudge() -> typer.models.OptionInfo:
+    return typer.Option("", "--rejudge", metavar="STATUSES",
+                        help="Judge again the stored verdicts of these statuses (comma-separated, e.g. "
+                        "runtime_error,timeout) instead of keeping them; each new verdict notes the one it replaced.")
+
+
+def parse_statuses(text: str) -> frozenset[str]:
+    """--rejudge's statuses, each checked (a typo must not silently judge nothing again)."""
+    from cuda_l1.errors import UserError
+    from cuda_l1.evaluate.verdict import STATUSES
+
+    chosen = frozenset(s.strip() for s in text.split(",") if s.strip())
+    unknown = sorted(chosen - set(STATUSES))
+    if unknown:
+        raise UserError(f"--rejudge: unknown status {', '.join(unknown)}; the statuses are {', '.join(STATUSES)}.")
+    return chosen

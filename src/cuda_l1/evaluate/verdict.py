@@ -25,6 +25,7 @@ ALL_STATUSES = STATUSES + (PARSE_ERROR,)
 # Checks whose failure is the evaluation's own, not a finding about the candidate: the evaluator or its
 # pool failed, the reference failed beside the candidate, the GPU was unhealthy after it.
 EVALUATION_CHECKS = ("evaluator", "reference_ran", "gpu_health_after")
+REJUDGE_CHECK = "rejudge"  # a stored verdict reopened by the user (Store.reopen_verdict): judged again
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -86,6 +87,8 @@ class Verdict:
         """Whether this verdict is a finding about the program, so it stands for the program's twins
         and for a resumed run. A failure of the evaluation itself (EVALUATION_CHECKS) is not: the
         program is judged again next time instead of carrying a failure it may not have caused."""
+        if any(c.name == REJUDGE_CHECK and c.passed is False for c in self.checks):
+            return False  # reopened on request (`--rejudge`): whatever it found, it is judged again
         return self.ok or not any(c.name in EVALUATION_CHECKS and c.passed is False for c in self.checks)
 
     def check(self, name: str) -> Check | None:

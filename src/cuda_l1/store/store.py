@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.reference_drift import reference_stable
-from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, Check, Verdict
+from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, REJUDGE_CHECK, Check, Verdict
 from cuda_l1.store.normalize import candidate_id as code_id
 from cuda_l1.store.normalize import norm_hash, stable_key
 from cuda_l1.store.records import CANDIDATE_COLUMNS, CandidateRecord, Origin, RunRecord, candidate_record, row_json
@@ -202,6 +202,11 @@ class Store(VerdictQueries):
                 if replaced.settled:
                     return False
                 stored.attempts = replaced.attempts + 1
+                reopened = replaced.check(REJUDGE_CHECK)
+                if reopened is not None and reopened.passed is False:  # what it replaces stays on record
+                    stored.timing = {**stored.timing, "replaced": {
+                        "status": replaced.status, "speedup": replaced.speedup, "raw_speedup": replaced.raw_speedup,
+                        "reasons": replaced.reasons[:3], "why": reopened.detail}}
             reference = self._reference_update(task_id, stored) if reference_sample else None
             if reference is not None:
                 stored.checks = [*stored.checks, reference[0]]
@@ -226,6 +231,24 @@ class Store(VerdictQueries):
             if cur.rowcount == 1 and reference is not None:
                 self._upsert_reference(conn, task_id, stored.device, stored.versions, reference[1])
             return cur.rowcount == 1
+
+    def reopen_verdict(self, candidate_id: str, device: str, config_key: str | dict, why: str,
+                       task_id: str | None = None) -> bool:
+        """Make a stored verdict unsettled (a failed `rejudge` check, its attempts back to 0), so that
+        the next evaluation of the program replaces it, noting in itself what it replaced (`--rejudge`:
+        a verdict the user no longer trusts, such as one given while the device was short of memory).
+        False when there is no such verdict."""
+        task_id = self._task_of(candidate_id, task_id)
+        with self._write() as conn:
+            row = conn.execute("SELECT id, verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
+                               " AND config_key = ?", (task_id, candidate_id, device, stable_key(config_key))).fetchone()
+            if row is None:
+                return False
+            verdict = Verdict.from_json(row["verdict"])
+            verdict.checks = [c for c in verdict.checks if c.name != REJUDGE_CHECK] + [Check(REJUDGE_CHECK, False, why)]
+            verdict.attempts = 0
+            conn.execute("UPDATE verdicts SET verdict = ? WHERE id = ?", (verdict.to_json(), row["id"]))
+            return True
 
     # -- prompts and completions ----------------------------------------------------------------------
 
