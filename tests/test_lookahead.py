@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.device_room import DeviceRoom
+from cuda_l1.evaluate.device_room import DeviceRoom, task_bytes
 from cuda_l1.evaluate.evaluator import Evaluator
 from cuda_l1.evaluate.jobs import EvalJob, Evaluators
 from cuda_l1.evaluate.local_pool import LocalPool
@@ -229,6 +229,20 @@ def test_without_room_on_the_device_a_task_waits_for_its_turn_and_then_retires_t
     finally:
         ahead.close()
         evaluators.close()
+
+
+def test_a_task_needs_room_for_its_inputs_and_outputs_several_times_over():
+    # KernelBench level 1's LeakyReLU: a 4096 x 393216 float32 input and output (6 GiB each), on the
+    # meta device (no memory): 4 copies of the input and 8 of the output.
+    leaky = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+             "    def forward(self, x):\n        return torch.nn.functional.leaky_relu(x, 0.01)\n\n"
+             "def get_inputs():\n    return [torch.rand(4096, 393216)]\n\ndef get_init_inputs():\n    return []\n")
+    assert task_bytes(leaky) == 12 * 4096 * 393216 * 4
+    assert task_bytes("raise RuntimeError('no shapes here')") == 0  # unknown: not held back
+    room = DeviceRoom("cuda", free=lambda: 60 << 30, need=task_bytes)
+    task = make_task(leaky, name="20_LeakyReLU", level=1, origin="test:leaky")
+    assert not room.fits(task)  # 72 GiB does not fit in 60 free
+    assert DeviceRoom("cuda", free=lambda: 80 << 30, need=task_bytes).fits(task)
 
 
 # -- real sides on the CPU --------------------------------------------------------------------------
