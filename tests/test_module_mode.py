@@ -117,4 +117,6 @@ def test_the_audit_judges_a_release_in_eval_mode_unless_told(tmp_path):
         audit = json.loads((out / "audit.json").read_text())
         assert audit["module_mode"] == mode and [t["level"] for t in audit["tasks"]] == [3]
         outcomes[mode] = audit["tasks"][0]["outcome"]
-    assert outcomes["eval"] in ("holds", "shrinks") and outcomes["train"] == "fails", outcomes
+    # Correct in eval mode: judged, whatever its speed (a call of this size can be at the harness floor
+    # of a busy host, timing.HARNESS_FACTOR, and then its speedup is unmeasured).
+    assert outcomes["eval"] in ("holds", "shrinks", "unmeasured") and outcomes["train"] == "fails", outcomes

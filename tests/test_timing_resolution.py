@@ -27,6 +27,17 @@ def test_a_side_with_many_windows_at_the_overhead_is_not_measured():
     assert timing.resolution_note({"reference": 0, "candidate": 0}, 0, 0.001) is None
 
 
+def test_a_reference_call_within_a_few_times_the_harness_work_is_not_measured():
+    # The harness's per-call work runs in the side's process: a candidate can skip it. The reference's
+    # side timed its own (trusted); a reference call shorter than HARNESS_FACTOR times it is not measured.
+    none = {"reference": 0, "candidate": 0}
+    assert timing.resolution_note(none, 100, 0.001, 5e-6, [7e-6, 8e-6, 6e-6]) is not None
+    note = timing.resolution_note(none, 100, 0.001, 20e-6, [7e-6] * 5)
+    assert "within 4 times the harness's own work per call (7 us)" in note and "20 us" in note
+    assert timing.resolution_note(none, 100, 0.001, 40e-6, [7e-6] * 5) is None
+    assert timing.resolution_note(none, 100, 0.001, 5e-6, []) is None  # not reported: no floor
+
+
 REFERENCE = """
 import torch
 import torch.nn as nn

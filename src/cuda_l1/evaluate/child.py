@@ -16,6 +16,7 @@ import json
 import mmap
 import os
 import sys
+import time
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, ConfinementError, confine_process
@@ -225,14 +226,17 @@ class Side:
             # to the next shows up as overlapping outputs even when a window holds a single call.
             self.kept_previous, self.kept = self.kept, []
             outs, calls, bell = [], [], self.bell if msg.go else None
+            harness_s = 0.0  # the harness's own per-call work (Ran.harness_s)
             with torch.no_grad():
                 if bell is not None:  # CPU: one call per go, a ring after each (doorbell.py)
                     for k, slot in enumerate(msg.slots):
                         if k:
                             bell.wait(msg.go + k, msg.poll)  # slot k's inputs are written once call k-1 rang
                         outs.append(self.model(*self.slots[slot]))
+                        started = time.perf_counter()
                         calls.append(self.describe(outs[-1]))
                         bell.ring(msg.go + k + 1, calls[-1])
+                        harness_s += time.perf_counter() - started
                     for k in range(msg.rings):  # a null window: the same protocol without calls
                         if k:
                             bell.wait(msg.go + k, msg.poll)
@@ -243,12 +247,14 @@ class Side:
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()  # device-wide (the parent also waits for the GPU to go idle)
             if bell is None:
+                started = time.perf_counter()
                 calls = [self.describe(out) for out in outs]
+                harness_s = time.perf_counter() - started
             self.kept = outs
         except BaseException as exc:  # noqa: BLE001
             self.send(Ran(False, _traceback(exc, self.filename)))
             return
-        self.send(Ran(True, calls=calls, signals=rebound(self.before) if msg.signals else []))
+        self.send(Ran(True, calls=calls, signals=rebound(self.before) if msg.signals else [], harness_s=harness_s))
 
     def _oracle_outputs(self, slot: int):
         """The slot's outputs computed in float64, on the device, else on the CPU (reference side only)."""

@@ -12,6 +12,7 @@ fresh one, both with the same harness (child.py); referee.py runs the rounds bet
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 import traceback
 from typing import Callable
@@ -222,6 +223,9 @@ class Evaluator:
             # `ci` holds the spread between processes too (timing.estimate); the rounds' own interval:
             verdict.timing["ci_within_rounds"] = [est.within_lo, est.within_hi]
             verdict.timing["process_spread"] = referee.spread
+            harness = env.ref.harness_per_call if env.ref is not None else ()
+            # the reference's own harness work per call (timing.resolution_note's floor of a measured call)
+            verdict.timing["reference_harness_us"] = round(statistics.median(harness) * 1e6, 2) if harness else None
         # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
         verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}
         verdict.timing["phases_s"].update({f"verify.{k}": round(v, 3) for k, v in referee.verify_spent.items()})

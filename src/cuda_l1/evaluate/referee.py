@@ -43,9 +43,7 @@ class Referee:
         self.windows, self.overhead_checks = [], 0
         self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
         self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
-        self.config = config
-        self.source = source
-        self.deadline = deadline
+        self.config, self.source, self.deadline = config, source, deadline
         self.cand_proc = cand
         self.checks: dict[str, Check] = {}
         self.reasons: list[str] = []
@@ -391,7 +389,8 @@ class Referee:
         self.timing["overhead_checks"] = self.overhead_checks  # timing.recheck_overhead
         if self.replanned:
             self.timing["replanned"] = self.replanned
-        self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s)
+        self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s, statistics.median(ref_ms) / 1e3,
+                                                 self.env.ref.harness_per_call)  # the reference's: trusted
         self._check("timing_resolved", self.unresolved is None, self.unresolved or "", blocking=False)
         if self.thresholds:
             self.timing["thresholds"] = list(self.thresholds)

@@ -9,6 +9,7 @@ import select
 import secrets
 import shutil
 import time
+import collections
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -47,6 +48,8 @@ class Side:
     ring: object = None  # CPU: the parent's mapping of the side's ring page (gating.RingPage)
     next_seq: int = 1  # the doorbell's next sequence number (never reused: stale words are told apart)
     rungs: list | None = None  # what the parent saw at each ring of the last window (gating.Rung)
+    # the harness's own work per call, as its windows reported it (Ran.harness_s; trusted of the reference)
+    harness_per_call: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
 
 
 MAX_BUILDS = 16  # extension builds one module may ask for

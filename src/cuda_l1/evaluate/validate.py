@@ -160,7 +160,7 @@ def _check_ran(h) -> Ran:
     _fields(Ran, h)
     return Ran(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"),
                [call_outputs(c) for c in _list(h.get("calls", []), "calls", MAX_CALLS)],
-               _strs(h.get("signals", []), "signals"))
+               _strs(h.get("signals", []), "signals"), max(_num(h.get("harness_s", 0.0), "harness_s"), 0.0))
 
 
 def _check_oracled(h) -> Oracled:

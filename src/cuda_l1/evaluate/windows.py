@@ -79,6 +79,8 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
     # Checking the reply is the parent's work, after the window: it costs about 7 us a call
     # described, and a candidate's descriptions (with IPC handles) are longer than the reference's.
     side.ran = as_ran(proc, msg if first else proc.decode(reply, max_calls=len(slots)))
+    if slots and not first:
+        side.harness_per_call.append(side.ran.harness_s / len(slots))
     side.leaves_per_call = reply_limit.reference_leaves(side.ran) or side.leaves_per_call
     if not gpu:
         gate.finish(side.ran)
