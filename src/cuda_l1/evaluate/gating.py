@@ -33,7 +33,7 @@ from cuda_l1.evaluate.remote import SpotReader, Unreadable, read_spans
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.verdict import REJECTED, TIMEOUT
 
-SPOTS = 8  # positions read at each ring
+SPOTS = 8  # positions read at each ring, or one for each output a ring names where it names more
 SPOT_BYTES = 8  # bytes read at each position (fewer where an output is smaller)
 SPIN_MIN_S, SPIN_MAX_S = 30e-6, 1e-3  # how long the parent polls after each go (spin_for)
 _CHECK_S = 200e-6  # while polling, how often the channel is looked at (a system call)
@@ -168,7 +168,7 @@ class Gate:
         self.pid = side.proc.harness_pid()
         self.spin_s = spin_s
         self.futex = futex_call()
-        self.spot_reader = SpotReader(self.pid, SPOTS, SPOT_BYTES)
+        self.spot_reader = SpotReader(self.pid, max(SPOTS, RING_LEAVES), SPOT_BYTES)
         self.draw = _rng.getrandbits
         self.rungs: list[Rung] = []
 
@@ -230,9 +230,12 @@ class Gate:
 
     def _answer(self) -> None:
         """Call k rang: read its spots, write slot k+1's inputs, say go, then keep what was seen."""
-        words = self.words[:]  # one copy: the side may write the page while it runs
+        # One copy of what the record names (the side may write the page while it runs), as short as
+        # the count it says: a copy of the whole record costs microseconds a ring.
+        named = min(self.words[1], RING_LEAVES)
+        words = self.words[:2 + 2 * named]
         leaves = words[1]
-        spans = tuple((words[2 + 2 * i], words[3 + 2 * i]) for i in range(min(leaves, RING_LEAVES)))
+        spans = tuple((words[2 + 2 * i], words[3 + 2 * i]) for i in range(min(leaves, named)))
         spots = self._spots(spans)
         try:
             seen = self.spot_reader.read(spots)
@@ -247,12 +250,13 @@ class Gate:
         self.rungs.append(Rung(spans, leaves, spots, seen))
 
     def _spots(self, spans: tuple) -> list[tuple[int, int]]:
-        """SPOTS positions drawn now over the outputs a ring named, SPOT_BYTES each."""
+        """SPOTS positions drawn now over the outputs a ring named (one for each output where it
+        named more: an output seen at only some rings could be finished later at the others), SPOT_BYTES each."""
         outputs = [s for s in spans if s[1]]
         if not outputs:
             return []
         spots, draw, first = [], self.draw, self.draw(16) % len(outputs)
-        for i in range(SPOTS):  # every output gets one before any gets two, from one drawn now
+        for i in range(max(SPOTS, len(outputs))):  # every output gets one before any gets two, from one drawn now
             address, nbytes = outputs[(first + i) % len(outputs)]
             width = min(SPOT_BYTES, nbytes)
             spots.append((address + draw(64) % (nbytes - width + 1), width))
