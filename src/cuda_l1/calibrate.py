@@ -168,7 +168,10 @@ def verdict_text(result: dict) -> str:
     if result["too_noisy"]:
         return (f"this host is too noisy to measure speedups: {'; '.join(result['reasons'])} ({spread}). "
                 "Results of this run are marked as such; stop other work on the machine and rerun.")
-    return f"noise check passed: identical code within 1 +- {result['band']:g} ({spread})."
+    inside = result.get("n_ok", 0) - result.get("n_outside_band", 0)
+    # "passed" allows a share outside the band (max_off_fraction): say how many were inside it
+    return (f"noise check passed: identical code within 1 +- {result['band']:g} on {inside} of "
+            f"{result.get('n_ok', 0)} task(s) ({spread}).")
 
 
 def save_calibration(out_dir: str | Path, result: dict) -> Path:
