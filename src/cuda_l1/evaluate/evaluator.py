@@ -12,7 +12,6 @@ fresh one, both with the same harness (child.py); referee.py runs the rounds bet
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 import traceback
 from typing import Callable
@@ -20,7 +19,7 @@ from typing import Callable
 import torch
 
 from cuda_l1.errors import TaskError, UserError
-from cuda_l1.evaluate import static_scan
+from cuda_l1.evaluate import static_scan, timing
 from cuda_l1.evaluate.build.requests import default_builder
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
@@ -225,7 +224,7 @@ class Evaluator:
             verdict.timing["process_spread"] = referee.spread
             harness = env.ref.harness_per_call if env.ref is not None else ()
             # the reference's own harness work per call (timing.resolution_note's floor of a measured call)
-            verdict.timing["reference_harness_us"] = round(statistics.median(harness) * 1e6, 2) if harness else None
+            verdict.timing["reference_harness_us"] = round(timing.harness_call_s(harness) * 1e6, 2) if harness else None
         # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
         verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}
         verdict.timing["phases_s"].update({f"verify.{k}": round(v, 3) for k, v in referee.verify_spent.items()})

@@ -3,13 +3,13 @@ parent's builds) and checking, from outside, that it left its inputs alone."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import select
 import secrets
 import shutil
 import time
-import collections
 from dataclasses import dataclass, field
 from typing import Callable
 

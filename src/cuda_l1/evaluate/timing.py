@@ -70,22 +70,28 @@ def per_call_all(windows: list[tuple], overhead_s: float) -> tuple[list[float], 
 HARNESS_FACTOR = 4  # a reference call shorter than this many times the harness's own per-call work is not measured
 
 
+def harness_call_s(harness_calls: Iterable[float]) -> float:
+    """The harness's own work per call: the median of what a side's windows reported (0 when none did)."""
+    calls = list(harness_calls)
+    return statistics.median(calls) if calls else 0.0
+
+
 def resolution_note(at_overhead_counts: dict[str, int], rounds: int, overhead_s: float,
                     reference_call_s: float = math.inf, harness_calls: Iterable[float] = ()) -> str | None:
     """Why the speedup is not measured (None: it is): too many of a side's windows were no longer than
     the overhead taken off every window (on a GPU: writing the window's inputs, so a task whose calls
     cost about what copying their inputs does), or that overhead drifted below its estimate; or the
     reference's calls (`reference_call_s`) are within HARNESS_FACTOR times the harness's own per-call
-    work (the median of `harness_calls`: describing each call's outputs and ringing, as the reference's
-    side timed it in its windows). That work runs in the side's process, so a candidate can replace it with less: a 32x32 ReLU
-    of about 5 us a call, identical to the reference, scored 1.68-2.00x that way."""
+    work (harness_call_s of `harness_calls`: describing each call's outputs and ringing, as the
+    reference's side timed it in its windows). That work runs in the side's process, so a candidate can
+    replace it with less: a 32x32 ReLU of about 5 us a call, identical to the reference, scored
+    1.68-2.00x that way."""
     if rounds <= 0:
         return None
-    harness_calls = list(harness_calls)
-    harness_call_s = statistics.median(harness_calls) if harness_calls else 0.0
-    if reference_call_s < HARNESS_FACTOR * harness_call_s:
+    harness = harness_call_s(harness_calls)
+    if reference_call_s < HARNESS_FACTOR * harness:
         return (f"the reference's calls ({reference_call_s * 1e6:.3g} us) are within {HARNESS_FACTOR} times the "
-                f"harness's own work per call ({harness_call_s * 1e6:.3g} us), which runs in the candidate's process "
+                f"harness's own work per call ({harness * 1e6:.3g} us), which runs in the candidate's process "
                 "and could be skipped there: the speedup is not measured and scores at most 1.00")
     shares = {side: count / rounds for side, count in at_overhead_counts.items()}
     worst = max(shares, key=shares.get)

@@ -195,8 +195,7 @@ class Store(VerdictQueries):
                 "SELECT 1 FROM candidates WHERE task_id = ? AND id = ?", (task_id, candidate_id)
             ).fetchone() is None:
                 raise ValueError(f"unknown candidate {candidate_id} of task {task_id}; add_candidate() it first")
-            before = conn.execute("SELECT id, verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
-                                  " AND config_key = ?", (task_id, candidate_id, device, stable_key(config_key))).fetchone()
+            before = self._stored_row(conn, task_id, candidate_id, device, config_key)
             if before is not None:
                 replaced = Verdict.from_json(before["verdict"])
                 if replaced.settled:
@@ -240,8 +239,7 @@ class Store(VerdictQueries):
         False when there is no such verdict."""
         task_id = self._task_of(candidate_id, task_id)
         with self._write() as conn:
-            row = conn.execute("SELECT id, verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
-                               " AND config_key = ?", (task_id, candidate_id, device, stable_key(config_key))).fetchone()
+            row = self._stored_row(conn, task_id, candidate_id, device, config_key)
             if row is None:
                 return False
             verdict = Verdict.from_json(row["verdict"])
@@ -249,6 +247,12 @@ class Store(VerdictQueries):
             verdict.attempts = 0
             conn.execute("UPDATE verdicts SET verdict = ? WHERE id = ?", (verdict.to_json(), row["id"]))
             return True
+
+    @staticmethod
+    def _stored_row(conn, task_id: str, candidate_id: str, device: str, config_key: str | dict):
+        """The (id, verdict) row of a candidate's verdict on a device under these settings, or None."""
+        return conn.execute("SELECT id, verdict FROM verdicts WHERE task_id = ? AND candidate_id = ? AND device = ?"
+                            " AND config_key = ?", (task_id, candidate_id, device, stable_key(config_key))).fetchone()
 
     # -- prompts and completions ----------------------------------------------------------------------
 
