@@ -260,8 +260,8 @@ class Ran:
     message: str = ""
     calls: list[CallOutputs] = field(default_factory=list)
     signals: list[str] = field(default_factory=list)
-    # seconds the harness spent on its own per-call work (describing outputs, ringing) in the window:
-    # trusted from the reference's side only, whose value sets the shortest measurable call
+    # the harness's own per-call work over the window (describing a call's outputs, timed warm, times
+    # the calls): trusted from the reference's side only, whose value sets the shortest measurable call
     harness_s: float = 0.0
     op: str = "ran"
 

@@ -82,8 +82,8 @@ def resolution_note(at_overhead_counts: dict[str, int], rounds: int, overhead_s:
     the overhead taken off every window (on a GPU: writing the window's inputs, so a task whose calls
     cost about what copying their inputs does), or that overhead drifted below its estimate; or the
     reference's calls (`reference_call_s`) are within HARNESS_FACTOR times the harness's own per-call
-    work (harness_call_s of `harness_calls`: describing each call's outputs and ringing, as the
-    reference's side timed it in its windows). That work runs in the side's process, so a candidate can
+    work (harness_call_s of `harness_calls`: describing a call's outputs, which the reference's side
+    times warm once a window). That work runs in the side's process, so a candidate can
     replace it with less: a 32x32 ReLU of about 5 us a call, identical to the reference, scored
     1.68-2.00x that way."""
     if rounds <= 0:
