@@ -7,7 +7,12 @@ are files, which Landlock's rules do not cover for connect(); vsock is not names
 virtual machine's host), SysV IPC and
 POSIX message queues, ptrace and cross-process memory access, new
 namespaces (clone with CLONE_NEW*, unshare, setns), mounts, kernel keyrings, BPF, perf events,
-userfaultfd, io_uring (whose operations bypass seccomp), module loading, kexec, reboot, swap.
+userfaultfd, io_uring (whose operations bypass seccomp), module loading, kexec, reboot, swap, and
+timers that outlive a freeze (timerfd, POSIX timers, interval timers, alarm): the freezer stops a
+side's tasks, not its armed timers, whose expiries are taken as interrupts on the core the side
+shared with the other one; 1500 timers armed at the end of a window to fire 12-33 ms later, one
+every 14 us, slowed the other side's next window 2-4x (the one after an identical candidate's: ok at
+1.27-1.53x). A thread asleep with a timeout holds one timer at most, cancelled when it is frozen.
 clone3 answers ENOSYS so that the C library falls back to clone, whose flags a filter can read.
 System calls of another ABI (32-bit on x86-64, x32) are refused as a whole.
 
@@ -33,7 +38,9 @@ _DENIED = {
                "userfaultfd": 323, "ioprio_set": 251, "iopl": 172, "ioperm": 173, "swapon": 167, "swapoff": 168,
                "reboot": 169, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440,
-               "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240},
+               "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
+               "alarm": 37, "setitimer": 38, "timer_create": 222, "timer_settime": 223, "timerfd_create": 283,
+               "timerfd_settime": 286},
     "aarch64": {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "sched_setparam": 118,
                 "sched_setscheduler": 119, "sched_setaffinity": 122, "sched_setattr": 274, "setpriority": 140,
                 "perf_event_open": 241, "bpf": 280, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
@@ -42,7 +49,9 @@ _DENIED = {
                 "userfaultfd": 282, "ioprio_set": 30, "swapon": 224, "swapoff": 225, "reboot": 142,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
                 "move_mount": 429, "fsopen": 430, "fsmount": 432, "process_madvise": 440,
-                "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180},
+                "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
+                "setitimer": 103, "timer_create": 107, "timer_settime": 110, "timerfd_create": 85,
+                "timerfd_settime": 86},
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
@@ -122,5 +131,5 @@ def apply_filter(sockets: str = "ip") -> tuple[bool, str]:
         return False, f"seccomp failed: {os.strerror(ctypes.get_errno()) if rc < 0 else f'thread {rc} could not sync'}"
     refused = {"ip": ", non-IP sockets", "ip+unix": ", sockets other than IP and Unix", "any": ""}[sockets]
     allowed = "; all socket families allowed (the device needed them)" if sockets == "any" else ""
-    return True, (f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, ptrace, namespaces"
+    return True, (f"{len(_DENIED[arch]) + 2} system calls refused (scheduling, affinity, timers, ptrace, namespaces"
                   f"{refused}, ...){allowed}")
