@@ -307,6 +307,9 @@ def test_the_spread_between_processes_scores_identical_code_one_and_keeps_a_real
     assert wide[0] < 1.95 and wide[1] > 2.05 and conservative_speedup(2.0, *wide) >= 1.9
     assert widen(2.0, 1.95, 2.05, 0.0) == (1.95, 2.05)
     assert all(map(math.isnan, widen(1.0, math.nan, math.nan, 0.04)))  # no interval stays none
+    # A half on the wrong side of the point still gets the spread: it cannot shut the term off.
+    lo, hi = widen(1.08, 1.09, 1.12, 0.04)
+    assert lo < 1.0 < hi and conservative_speedup(1.08, lo, hi) == 1.0
     est = Estimate(2.0, *wide, 1.0, 0.5, 1.95, 2.05)
     assert est.relative_width == (2.05 - 1.95) / 2.0  # the stop rule waits for what rounds can narrow
     assert process_spread(EvalConfig(device="cpu")) == 0.04

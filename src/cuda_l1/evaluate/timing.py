@@ -182,8 +182,10 @@ def widen(point: float, lo: float, hi: float, spread: float) -> tuple[float, flo
     if spread <= 0 or not all(map(math.isfinite, (point, lo, hi))) or min(point, lo, hi) <= 0:
         return lo, hi
     extra = (Z95 * spread) ** 2
-    below = math.sqrt(math.log(point / lo) ** 2 + extra) if lo <= point else 0.0
-    above = math.sqrt(math.log(hi / point) ** 2 + extra) if hi >= point else 0.0
+    # A half on the wrong side of the point (not seen with medians, but not ruled out) counts as
+    # none: the spread still widens it, so no interval ever escapes the between-process term.
+    below = math.sqrt(max(math.log(point / lo), 0.0) ** 2 + extra)
+    above = math.sqrt(max(math.log(hi / point), 0.0) ** 2 + extra)
     return point * math.exp(-below), point * math.exp(above)
 
 
