@@ -537,3 +537,21 @@ def test_a_reference_cut_off_by_the_evaluations_deadline_gives_timeout_not_runti
     with pytest.raises(ReferenceFailure) as early:
         _ask_reference(side, None, object, EvalConfig(), lambda: 100.0, "the float64 reference failed")
     assert early.value.kind == "runtime_error"
+
+
+def test_a_slow_float64_oracle_is_asked_for_in_the_first_round_only():
+    import random
+
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.output_checks import draw_checked
+
+    config = EvalConfig(device="cpu", timing=TimingConfig(oracle_rate=1.0))
+    rng = random.Random(7)
+    modes = lambda round_no, slow: [m for _, m in draw_checked(rng, 8, round_no, config, slow)]
+    assert "oracle" in modes(0, True) and "oracle" in modes(0, False)
+    assert all("oracle" in modes(r, False) for r in range(1, 20))  # drawn at oracle_rate (1.0 here)
+    assert not any("oracle" in modes(r, True) for r in range(1, 20))
+    # Correctness-only runs keep the oracle in every round they make.
+    checking = EvalConfig(device="cpu", timing=TimingConfig(enabled=False))
+    assert all("oracle" in [m for _, m in draw_checked(rng, 8, r, checking, True)]
+               for r in range(checking.correctness_trials))

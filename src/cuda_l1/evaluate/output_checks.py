@@ -21,6 +21,26 @@ from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, Side
 from cuda_l1.evaluate.verdict import RUNTIME_ERROR, TIMEOUT
 
+# A float64 oracle whose rounds took longer than this in all is asked for in the first round only (a
+# 16 GiB KernelBench input in float64 fell back to the CPU: 40 s a round, 157 s a verdict); later
+# rounds compare in full against the reference's own output instead.
+ORACLE_SLOW_S = 5.0
+
+
+def draw_checked(rng, calls: int, round_no: int, config: EvalConfig, slow_oracle: bool) -> list[tuple[int, str]]:
+    """The calls of a round that are looked at, and how ('spots', 'full' against the reference's output,
+    'oracle' in full against float64), drawn after the window, where no side can see it. The oracle:
+    every round of a correctness-only run; when timed, the first round and then rounds drawn at
+    `oracle_rate`. (Only the first rounds, as before, let a candidate that counts its requests be
+    exact there and 7% off in every later round.)"""
+    tc = config.timing
+    sample = rng.sample(range(calls), min(calls, tc.checked_calls))
+    oracle_round = (round_no < config.correctness_trials if not tc.enabled else round_no == 0
+                    or rng.random() < tc.oracle_rate and not slow_oracle)
+    oracle_at = rng.choice(sample) if oracle_round else None
+    full_at = rng.choice(sample) if oracle_at is None and rng.random() < tc.full_check_rate else None
+    return [(i, "oracle" if i == oracle_at else "full" if i == full_at else "spots") for i in sorted(sample)]
+
 
 def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: list, rng, config: EvalConfig,
          time_left: Callable[[], float]) -> list[LeafVerdict]:

@@ -2,10 +2,9 @@
 
 Each round: fresh inputs from secret seeds into both sides' buffers; one window per side in random
 order (thaw, run a batch of calls, stop it, wait until the device is idle; the parent's clock
-measures all of it); then, with both sides stopped, the parent reads sampled calls' outputs from both
-sides' memory at positions drawn now and compares them (in the first rounds one call in full against
-the float64 oracle, later now and then one call in full against the reference). Checked calls and
-timed calls are the same calls: a side cannot tell which of its calls will be looked at.
+measures all of it); then, with both sides stopped, the parent reads sampled calls' outputs at positions
+drawn now and compares them (now and then one call in full against float64 or the reference). Checked
+calls are timed calls: a side cannot tell which of its calls will be looked at.
 """
 
 from __future__ import annotations
@@ -74,6 +73,9 @@ class Referee:
         self.reasons.append(reason)
         if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
             self.status = status
+
+    def _slow_oracle(self) -> bool:
+        return self.phases.get("oracle_rounds", 0.0) >= output_checks.ORACLE_SLOW_S
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -203,23 +205,14 @@ class Referee:
         if len(ref.ran.calls) != len(calls):
             raise ReferenceFailure("the reference's side reported a different number of calls than it made")
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
-        sample = self.rng.sample(range(len(calls)), min(len(calls), self.config.timing.checked_calls))
-        # The float64 oracle: every round of a correctness-only run; when timed, the first round and
-        # then rounds drawn now at `oracle_rate`. (Only the first rounds, as before, let a candidate
-        # that counts its requests be exact there and 7% off in every later round.)
-        tc = self.config.timing
-        oracle_round = (round_no < self.config.correctness_trials if not tc.enabled
-                        else round_no == 0 or self.rng.random() < tc.oracle_rate)
-        oracle_at = self.rng.choice(sample) if oracle_round else None
-        full_at = (self.rng.choice(sample) if oracle_at is None and self.rng.random() < self.config.timing.full_check_rate
-                   else None)
-        checked = [(i, "oracle" if i == oracle_at else "full" if i == full_at else "spots") for i in sorted(sample)]
+        checked = output_checks.draw_checked(self.rng, len(calls), round_no, self.config, self._slow_oracle())
         for i, _ in checked:  # what the descriptions show, before anything is read
             for finding in verify.call_findings(calls[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):
                 self._fail(finding.check, finding.status, f"call {i + 1} of round {round_no + 1}: {finding.reason}")
             if self.status is not None:
                 return
-        self._compare(checked, round_no)
+        with self.phase("oracle_rounds") if any(m == "oracle" for _, m in checked) else contextlib.nullcontext():
+            self._compare(checked, round_no)
 
     # -- the rounds -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -374,7 +367,8 @@ class Referee:
         compared = [c for cs in self.comparisons.values() for c in cs]
         worst = max(compared, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
                     default=None)
-        note = f" (no float64 oracle: {self.env.oracle_unavailable[:200]})" if self.env.oracle_unavailable else ""
+        note = f" (no float64 oracle: {self.env.oracle_unavailable[:200]})" if self.env.oracle_unavailable else (
+            f" (float64 in round 1 only: it took {self.phases['oracle_rounds']:.0f} s)" if self._slow_oracle() else "")
         self._check("correctness", True, f"{len(compared)} outputs in full against float64, the rest at "
                     f"{tc.spot_checks} positions each; worst: {worst.detail if worst else 'n/a'}{note}")
         self._check("frozen_between_windows", True, "every process of both sides was stopped outside its windows")
