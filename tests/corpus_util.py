@@ -4,7 +4,8 @@ Header lines (comments at the top of a candidate):
     # reference: <name of a file in corpus/refs without .py>
     # expect: <status>                                   (a|b: either, where the host's speed decides)
     # check: <name of the check that must fail>          (optional; a|b: either may)
-    # speedup_at_least: <x> / speedup_at_most: <x>        (optional, for ok verdicts)
+    # speedup_at_least: <x> / speedup_at_most: <x>        (optional, for ok verdicts: the raw speedup)
+    # score_at_most: <x>                                  (optional, for ok verdicts: the score)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def cases(kind: str) -> list[Case]:
                 break
             key, _, value = line[1:].strip().partition(":")
             header[key.strip()] = value.strip()
-        bounds = {k: float(header[k]) for k in ("speedup_at_least", "speedup_at_most") if k in header}
+        bounds = {k: float(header[k]) for k in ("speedup_at_least", "speedup_at_most", "score_at_most") if k in header}
         out.append(Case(path, header["reference"], header["expect"], header.get("check"), bounds))
     return out
 

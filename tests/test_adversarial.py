@@ -122,6 +122,8 @@ def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_serve
             assert verdict.raw_speedup >= case.bounds["speedup_at_least"], summary
         if "speedup_at_most" in case.bounds:
             assert verdict.raw_speedup <= case.bounds["speedup_at_most"], summary
+        if "score_at_most" in case.bounds:  # the score: identical code's scores 1.00 here, whatever the load
+            assert verdict.speedup <= case.bounds["score_at_most"], summary
     else:
         assert verdict.speedup is None and verdict.reasons, summary
     # No verdict field may carry a credential, whatever the candidate printed, nor a terminal escape.

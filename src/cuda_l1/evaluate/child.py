@@ -20,8 +20,9 @@ import time
 
 from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, ConfinementError, confine_process
+from cuda_l1.evaluate.describe import Describer
 from cuda_l1.evaluate.doorbell import SideBell
-from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, CallOutputs, Confined, LeafRef, Loaded,
+from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verify, encode)
 from cuda_l1.evaluate.rebinding import rebound, snapshot
@@ -45,6 +46,23 @@ def _plain(value):
     return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
+_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+
+
+def _entry(model):
+    """What a window's calls run: the module's own forward where Module.__call__ would do nothing but
+    call it (no hooks, not compiled, __call__ not overridden). Its ~0.8 us a call would be harness work
+    a candidate that rewrote the loop could skip; with a hook or a compiled module, the module itself."""
+    import torch
+    from torch.nn.modules import module
+
+    if (not isinstance(model, torch.nn.Module) or type(model).__call__ is not torch.nn.Module.__call__
+            or getattr(model, "_compiled_call_impl", None) is not None
+            or any(getattr(model, name[7:], True) for name in _HOOKS) or any(getattr(module, name, True) for name in _HOOKS)):
+        return model
+    return model.forward
+
+
 class Side:
     def __init__(self, chan: Channel, device: str, notes: dict, inputs_fd: int):
         self.chan = chan
@@ -57,8 +75,7 @@ class Side:
         self.oracle_kept = None
         self.oracle_model = None
         self.mapping = None
-        self.export = True  # describe CUDA outputs by IPC handle (not the reference's: it verifies itself)
-        self.handles: dict[int, str] = {}  # CUDA: the driver's buffer id of an allocation -> its IPC handle
+        self.describer = Describer()  # where the outputs of a window's calls are (describe.py)
         self.reader = None  # the reference side's reader of candidate memory (CUDA)
         self.bell: SideBell | None = None  # CPU: the per-call doorbell (doorbell.py)
 
@@ -106,7 +123,7 @@ class Side:
         from cuda_l1.tasks.runtime import CANDIDATE_FILENAME, REFERENCE_FILENAME
 
         self.filename = REFERENCE_FILENAME if setup.role == "reference" else CANDIDATE_FILENAME
-        self.export = not (setup.role == "reference" and self.device.startswith("cuda"))
+        self.describer.export = not (setup.role == "reference" and self.device.startswith("cuda"))
         reference = load_module(setup.reference_source, "cuda_l1_task_reference", REFERENCE_FILENAME)
         before = snapshot()
         try:
@@ -169,55 +186,6 @@ class Side:
         self.send(Mapped(True, ring_fd=self.bell.fd if self.bell is not None else -1))
 
     # -- calls ---------------------------------------------------------------------------------------
-    def describe(self, out) -> CallOutputs:
-        import torch
-
-        from cuda_l1.evaluate.inputs import flatten_outputs
-
-        structure, leaves = flatten_outputs(out)
-        refs = []
-        for leaf in leaves:
-            # Strings cut here as the parent cuts them (validate.py): a call's record stays within
-            # the bytes the parent allows it (reply_limit.py).
-            typename = (type(leaf).__module__ + "." + type(leaf).__qualname__)[:200]
-            if not isinstance(leaf, torch.Tensor):
-                value = leaf if leaf is None or isinstance(leaf, (bool, int, float)) else (
-                    leaf[:300] if isinstance(leaf, str) else repr(leaf)[:200])
-                refs.append(LeafRef("value", typename, value=value))
-                continue
-            if type(leaf) is not torch.Tensor or leaf.layout != torch.strided or leaf.device.type not in ("cpu", "cuda"):
-                refs.append(LeafRef("foreign", typename, device=str(leaf.device)))
-                continue
-            storage = leaf.untyped_storage()
-            ref = LeafRef("tensor", typename, str(leaf.dtype).replace("torch.", ""), list(leaf.shape),
-                          list(leaf.stride()), leaf.storage_offset(), storage.nbytes(), str(leaf.device))
-            ptr = storage.data_ptr()
-            if leaf.device.type == "cuda" and storage.nbytes():
-                from cuda_l1.evaluate import cudadrv
-
-                # Inside the timed window on both sides alike: two lookups a tensor (~1 us each). A
-                # handle is exported once per allocation (~10-20 us) and reused while the driver's
-                # buffer id says it is the same allocation. The reference exports none: it compares
-                # candidates itself (verify), so no handle to its memory ever exists.
-                try:
-                    base, _ = cudadrv.allocation_range(ptr)
-                    key = cudadrv.buffer_id(base)
-                    if self.export and key not in self.handles:
-                        if len(self.handles) > 4096:  # ids of freed allocations are never reused
-                            self.handles.clear()
-                        self.handles[key] = cudadrv.export_base(base)
-                except cudadrv.CudaDriverError as exc:  # memory no IPC handle covers (mapped, managed, pooled)
-                    if self.export:
-                        refs.append(LeafRef("foreign", f"{typename} in memory that cannot be shared ({exc})"[:200],
-                                            device=str(leaf.device)))
-                        continue
-                if self.export:
-                    ref.handle, ref.handle_offset = self.handles[key], ptr - base
-            else:
-                ref.address = ptr
-            refs.append(ref)
-        return CallOutputs(structure, refs)
-
     def run(self, msg: Run) -> None:
         import torch
 
@@ -226,38 +194,46 @@ class Side:
             # to the next shows up as overlapping outputs even when a window holds a single call.
             self.kept_previous, self.kept = self.kept, []
             outs, calls, bell = [], [], self.bell if msg.go else None
+            describer, exports, forward = self.describer, [], _entry(self.model)
             with torch.no_grad():
                 if bell is not None:  # CPU: one call per go, a ring after each (doorbell.py)
                     for k, slot in enumerate(msg.slots):
                         if k:
                             bell.wait(msg.go + k, msg.poll)  # slot k's inputs are written once call k-1 rang
-                        outs.append(self.model(*self.slots[slot]))
-                        calls.append(self.describe(outs[-1]))
-                        bell.ring(msg.go + k + 1, calls[-1])
+                        outs.append(forward(*self.slots[slot]))
+                        call = describer.later(outs[-1]) if k else describer.first(outs[-1])
+                        if type(call) is list:  # pointers in the first call's layout (describe.py)
+                            bell.ring_pointers(msg.go + k + 1, call, describer.layout.spans)
+                        else:
+                            bell.ring(msg.go + k + 1, call)
+                        calls.append(call)
                     for k in range(msg.rings):  # a null window: the same protocol without calls
                         if k:
                             bell.wait(msg.go + k, msg.poll)
                         bell.ring_empty(msg.go + k + 1)
                 else:
                     for slot in msg.slots:
-                        outs.append(self.model(*self.slots[slot]))
+                        outs.append(forward(*self.slots[slot]))
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()  # device-wide (the parent also waits for the GPU to go idle)
-            if bell is None:
-                calls = [self.describe(out) for out in outs]
-            # The harness's own per-call work (Ran.harness_s): describing a call's outputs once more,
-            # warm, times the calls. Timed after each call it also held the misses of caches the call
-            # had just flushed (120-300 us after a 50 ms CPU matmul, against 3.5 us warm), which no
-            # leaner loop saves, and put honest 1 ms calls under the floor (timing.HARNESS_FACTOR).
+            if bell is None and outs:
+                calls = [describer.first(outs[0])] + [describer.later(out) for out in outs[1:]]
+            if self.device.startswith("cuda"):
+                exports = describer.exports(calls)
+            # The harness's own per-call work (Ran.harness_s): describing a later call by its pointers
+            # once more, warm, times the calls. Timed after each call it also held the misses of caches
+            # the call had just flushed (120-300 us after a 50 ms CPU matmul, against 3.5 us warm),
+            # which no leaner loop saves, and put honest 1 ms calls under the floor (timing.HARNESS_FACTOR).
             started = time.perf_counter()
             if outs:
-                self.describe(outs[-1])
+                describer.later(outs[-1])
             harness_s = (time.perf_counter() - started) * len(outs)
             self.kept = outs
         except BaseException as exc:  # noqa: BLE001
             self.send(Ran(False, _traceback(exc, self.filename)))
             return
-        self.send(Ran(True, calls=calls, signals=rebound(self.before) if msg.signals else [], harness_s=harness_s))
+        self.send(Ran(True, calls=calls, signals=rebound(self.before) if msg.signals else [], harness_s=harness_s,
+                      exports=exports))
 
     def _oracle_outputs(self, slot: int):
         """The slot's outputs computed in float64, on the device, else on the CPU (reference side only)."""
@@ -288,7 +264,7 @@ class Side:
         except RuntimeError as exc:
             self.send(Oracled(False, str(exc)))
             return
-        self.send(Oracled(True, call=self.describe(self.oracle_kept)))
+        self.send(Oracled(True, call=self.describer.full(self.oracle_kept)))
 
     def verify(self, msg: Verify) -> None:
         """Compare a round's checked calls with this side's own (the reference side on CUDA)."""

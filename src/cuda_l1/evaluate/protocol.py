@@ -258,11 +258,14 @@ class Ran:
 
     ok: bool
     message: str = ""
-    calls: list[CallOutputs] = field(default_factory=list)
+    # one per call: the first in full, a later one in full or, in the first call's layout, as the
+    # pointers of its tensors (describe.py); decoded, every call is in full
+    calls: list[CallOutputs | list[int]] = field(default_factory=list)
     signals: list[str] = field(default_factory=list)
-    # the harness's own per-call work over the window (describing a call's outputs, timed warm, times
-    # the calls): trusted from the reference's side only, whose value sets the shortest measurable call
+    # the harness's own per-call work over the window (describing a later call by its pointers, timed
+    # warm, times the calls): trusted from the reference's side only; sets the shortest measurable call
     harness_s: float = 0.0
+    exports: list[list] = field(default_factory=list)  # CUDA: [IPC handle, base, size] holding the pointers
     op: str = "ran"
 
 

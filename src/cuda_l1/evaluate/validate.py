@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import fields
 
+from cuda_l1.evaluate import describe
 from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, MAX_LEAVES, MAX_TEXT, MODULE_MODES,
                                        BuildReply, BuildRequest, Bye, CallOutputs, CallToVerify, Confined, LeafRef,
                                        LeafSpec, LeafVerdict, Loaded, MapInputs, Mapped, Oracle, Oracled, ProtocolError,
@@ -158,9 +159,30 @@ def _fields(cls, header) -> None:
 
 def _check_ran(h) -> Ran:
     _fields(Ran, h)
-    return Ran(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"),
-               [call_outputs(c) for c in _list(h.get("calls", []), "calls", MAX_CALLS)],
-               _strs(h.get("signals", []), "signals"), max(_num(h.get("harness_s", 0.0), "harness_s"), 0.0))
+    exports = sorted((_export(e) for e in _list(h.get("exports", []), "exports", MAX_CALLS)), key=lambda e: e[1])
+    calls = []
+    for item in _list(h.get("calls", []), "calls", MAX_CALLS):
+        if type(item) is not list:
+            calls.append(call_outputs(item))
+            continue
+        # A later call by its pointers, in the first call's layout (describe.py).
+        if not calls:
+            raise ProtocolError("a window's first call must be described in full")
+        pointers = [_int(p, "pointer", 0, (1 << 64) - 1) for p in _list(item, "pointers", MAX_LEAVES)]
+        try:
+            calls.append(describe.rebuild(calls[0], pointers, exports))
+        except describe.Unmapped as exc:
+            raise ProtocolError(str(exc)) from None
+    return Ran(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"), calls,
+               _strs(h.get("signals", []), "signals"), max(_num(h.get("harness_s", 0.0), "harness_s"), 0.0),
+               [list(e) for e in exports])
+
+
+def _export(d) -> tuple[str, int, int]:
+    """An allocation a reply names for its pointers: (IPC handle, base, size)."""
+    if type(d) is not list or len(d) != 3 or type(d[0]) is not str or not _HANDLE.fullmatch(d[0]):
+        raise ProtocolError("export: expected [IPC handle, base, size]")
+    return d[0], _int(d[1], "export base", 0, (1 << 64) - 1), _int(d[2], "export size", 1, 1 << 44)
 
 
 def _check_oracled(h) -> Oracled:

@@ -22,7 +22,7 @@ from cuda_l1.evaluate.protocol import Ran
 def _run(self, msg):
     outs = [torch.empty(256, 256) for _ in msg.slots]
     self.kept = outs
-    self.send(Ran(True, calls=[self.describe(o) for o in outs]))
+    self.send(Ran(True, calls=[self.describer.full(o) for o in outs]))
 
     def fill():
         with torch.no_grad():

@@ -26,7 +26,7 @@ def _run(self, msg):
     with torch.no_grad():
         out = self.model(*self.slots[msg.slots[0]])
     self.kept = [out]
-    call = self.describe(out)
+    call = self.describer.full(out)
     self.send(Ran(True, calls=[call] * len(msg.slots)))
 
 

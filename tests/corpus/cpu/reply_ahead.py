@@ -23,7 +23,7 @@ _original_run = harness.Side.run
 
 def _run(self, msg):
     _original_run(self, msg)
-    self.send(Ran(True, calls=[self.describe(o) for o in self.kept]))
+    self.send(Ran(True, calls=[self.describer.full(o) for o in self.kept]))
 
 
 harness.Side.run = _run
