@@ -114,3 +114,23 @@ def test_audit_outcomes_and_decision_points():
     assert outcome(Verdict(status="incorrect"), 3.0, 0.9) == "fails" and outcome(None, 3.0, 0.9) == "missing"
     assert decision_points({"score_default": 2.0}, 0.9) == (1.8,)
     assert decision_points({}, 0.9) == () and decision_points({"score_default": float("nan")}, 0.9) == ()
+
+
+def test_a_resumed_bench_runs_only_the_references_it_still_needs(kb_dir, tmp_path, monkeypatch):
+    """Every reference is run once before judging (a broken one is bad input), but only those of tasks
+    left to judge: a resumed KernelBench run re-ran all 250, minutes on a GPU, for a few tasks."""
+    import cuda_l1.bench as bench
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+
+    checked: list[list[str]] = []
+    real = bench.check_references
+    monkeypatch.setattr(bench, "check_references", lambda tasks, device: (checked.append(sorted(t.key for t in tasks)),
+                                                                         real(tasks, device)))
+    config = EvalConfig(device="cpu", timing=TimingConfig.quick())
+    out = tmp_path / "run"
+    run = lambda **kw: bench.run_bench(str(kb_dir), str(out), strategies=["eager"], levels=None, device="cpu",  # noqa: E731
+                                       config=config, progress=False, **kw)
+    assert run(limit=1)["counts"]["evaluated"] == 1
+    assert run()["counts"]["evaluated"] == 1  # the second task only
+    assert run()["counts"]["skipped"] == 2
+    assert checked == [["L1/1_ReluAdd"], ["L1/2_Softmax"]]

@@ -84,7 +84,6 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
         if not candidates and not missing:
             raise UserError(f"{path}: no record matched --levels {','.join(map(str, sorted(levels)))}; "
                             f"the levels here are {', '.join(map(str, present))}.")
-    check_references([c.task for c in candidates], device)  # a broken ref_code is bad input
     verdicts: dict[int, Verdict] = {}
 
     def keep(cand: Candidate, verdict: Verdict) -> None:
@@ -94,7 +93,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
                             on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
-                            rejudge=rejudge)
+                            rejudge=rejudge, check=lambda tasks: check_references(tasks, device))  # a broken ref_code is bad input
         dkey, ckey = device_key(device), config.config_key()
         rows = []
         for cand in candidates:  # resumed candidates come back from the store

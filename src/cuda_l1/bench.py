@@ -101,13 +101,15 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                         cluster: str = "local", workers: int | None = None, progress: bool = True,
                         on_result: Callable[[Candidate, Verdict], None] | None = None,
                         decides_at: Callable[[Candidate], tuple[float, ...]] | None = None,
-                        rejudge: frozenset[str] = frozenset()) -> dict:
+                        rejudge: frozenset[str] = frozenset(),
+                        check: Callable[[list[Task]], None] | None = None) -> dict:
     """Judge every candidate through the engine: one not yet judged on this device under these
     settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
     arrives (a kill loses nothing already judged). `on_result` sees each evaluated one; `decides_at`
     gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
     clear of them). `rejudge`: statuses whose stored verdicts are judged again (Store.reopen_verdict).
-    Returns counts."""
+    `check` sees the tasks left to judge before any is (check_references: a resumed run of 250 tasks
+    ran every reference once more, minutes on a GPU, for the few left). Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
     reopened = 0
@@ -125,6 +127,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
               "rejudged": reopened}
     if not todo:  # a finished run resumed: no pool is started
         return counts
+    if check is not None:
+        check(list({cand.task.id: cand.task for cand, _ in todo}.values()))
     with make_pool(cluster, config.device, config, workers) as pool:
         engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
         futures = {engine.submit(cand.task, cid, cand.source, thresholds=decides_at(cand) if decides_at else ()): cand
@@ -245,11 +249,11 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
         candidates = [c for c in candidates if c.task.id in keep]
     if not candidates:
         raise no_task_matched(source, levels)
-    check_references([c.task for c in candidates], device)
     ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": str(device)})
     try:
         counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
-                                     progress=progress, rejudge=rejudge)
+                                     progress=progress, rejudge=rejudge,
+                                     check=lambda tasks: check_references(tasks, device))
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()
