@@ -74,3 +74,29 @@ def test_span_bytes_is_what_a_ring_names():
     for t in (torch.randn(5, 3), torch.randn(5, 3)[:, 1:], torch.randn(0, 3), torch.randn(4, 4).t()):
         leaf = Describer().full(t).leaves[0]
         assert describe.span_bytes(leaf) == doorbell.leaf_span(leaf)[1]
+
+
+def test_a_call_runs_forward_itself_only_where_module_call_would_add_nothing():
+    from cuda_l1.evaluate.child import _entry
+
+    plain = torch.nn.ReLU()
+    assert _entry(plain) == plain.forward  # Module.__call__ would only call it
+    hooked = torch.nn.ReLU()
+    hooked.register_forward_hook(lambda module, args, out: out + 1)
+    assert _entry(hooked) is hooked
+    compiled = torch.nn.ReLU()
+    compiled.compile()
+    assert _entry(compiled) is compiled
+
+    class OwnCall(torch.nn.Module):
+        def __call__(self, x):
+            return x * 2
+
+    own = OwnCall()
+    assert _entry(own) is own
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
+    try:
+        assert _entry(torch.nn.ReLU()) is not None and not hasattr(_entry(torch.nn.ReLU()), "__func__")
+    finally:
+        handle.remove()
+    assert _entry(lambda x: x)(3) == 3  # not a module at all: called as it is

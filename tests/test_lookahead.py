@@ -233,7 +233,7 @@ def test_without_room_on_the_device_a_task_waits_for_its_turn_and_then_retires_t
 
 def test_a_task_needs_room_for_its_inputs_and_outputs_several_times_over():
     # KernelBench level 1's LeakyReLU: a 4096 x 393216 float32 input and output (6 GiB each), on the
-    # meta device (no memory): 4 copies of the input and 8 of the output.
+    # meta device (no memory): 6 copies of the input and 6 of the output.
     leaky = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
              "    def forward(self, x):\n        return torch.nn.functional.leaky_relu(x, 0.01)\n\n"
              "def get_inputs():\n    return [torch.rand(4096, 393216)]\n\ndef get_init_inputs():\n    return []\n")
@@ -243,6 +243,11 @@ def test_a_task_needs_room_for_its_inputs_and_outputs_several_times_over():
     task = make_task(leaky, name="20_LeakyReLU", level=1, origin="test:leaky")
     assert not room.fits(task)  # 72 GiB does not fit in 60 free
     assert DeviceRoom("cuda", free=lambda: 80 << 30, need=task_bytes).fits(task)
+    # AvgPool2d: a 16 GiB input, a small output; the float64 oracle's copy of the input counts.
+    pool = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+            "    def forward(self, x):\n        return torch.nn.functional.avg_pool2d(x, 11)\n\n"
+            "def get_inputs():\n    return [torch.rand(16, 64, 2048, 2048)]\n\ndef get_init_inputs():\n    return []\n")
+    assert task_bytes(pool) >= 6 * 16 * 64 * 2048 * 2048 * 4
 
 
 # -- real sides on the CPU --------------------------------------------------------------------------
