@@ -57,6 +57,10 @@ def test_a_reply_that_cannot_be_rebuilt_is_a_protocol_error():
         _decoded([first, [-1]])
     with pytest.raises(ProtocolError, match="export"):
         _decoded([first], exports=[("zz", 1, 1)])
+    cpu_with_handle = d.full(torch.randn(4))
+    cpu_with_handle.leaves[0].handle = "ab" * 64  # would skip the address checks, then fail to open
+    with pytest.raises(ProtocolError, match="not on a GPU"):
+        _decoded([cpu_with_handle])
     # An output described by IPC handle: its later pointers must fall inside an allocation the reply names.
     gpu = d.full(torch.randn(4))
     gpu.leaves[0].device, gpu.leaves[0].handle, gpu.leaves[0].address = "cuda:0", "ab" * 64, 0

@@ -145,3 +145,62 @@ def test_the_parent_waits_off_every_timed_core_and_polls_only_on_a_free_one():
     assert os.sched_getaffinity(0) == set(allowed)
     with gating.wait_cores(None, (other,)) as polls:  # not pinned (several threads a side): as before
         assert polls and os.sched_getaffinity(0) == set(allowed)
+
+
+def test_a_ring_wakes_the_parent_only_while_it_sleeps_and_a_sleeping_parent_is_woken():
+    """A wake is a system call a candidate's own loop would skip while the parent polls, so the
+    harness skips it too unless the parent said it sleeps; a parent asleep on the ring is still
+    woken at once (not after its 20 ms nap), from another process."""
+    import platform
+
+    from cuda_l1.evaluate.doorbell import futex_call
+
+    bell = _bell()
+    page = RingPage(_Proc(), bell.fd)
+    wakes = []
+    real = bell._futex
+    if platform.machine() == "x86_64" and real is not None:
+        bell._futex = lambda *args: wakes.append(args[1]) or real(*args)
+        bell.ring_empty(1)
+        assert wakes == []  # the parent polls: no system call
+        page.asleep.value = 1
+        bell.ring_empty(2)
+        assert len(wakes) == 1
+        page.asleep.value = 0
+        bell._futex = real
+    if futex_call() is None:
+        page.close()
+        return
+
+    class _Quiet(_Proc):  # a side's process with a channel that holds no frame
+        chan = type("Chan", (), {"has_pending": staticmethod(lambda: False)})()
+
+        def watch(self):
+            pass
+
+    class _Side:  # what a Gate needs of a side: its process, its buffer, its ring page and sequence
+        proc, buffer, ring, next_seq = _Quiet(), None, page, 100
+
+    gate = Gate(_Side(), [0], 1, lambda slot: None, spin_s=0.0)  # never polls: sleeps on the futex at once
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the side: rings once the parent has had time to fall asleep, and says when
+        try:
+            time.sleep(0.2)
+            rang = time.perf_counter()  # CLOCK_MONOTONIC: one clock for both processes
+            bell.ring_empty(101)
+            os.write(write_end, repr(rang).encode())
+        finally:
+            os._exit(0)
+    try:
+        assert gate._wait(time.monotonic() + 5) is True
+        woken = time.perf_counter()
+        assert page.asleep.value == 0
+        rang = float(os.read(read_end, 64))
+        # Woken by the ring's wake (tens of microseconds), not by its 20 ms nap running out.
+        assert woken - rang < 0.015, woken - rang
+    finally:
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        os.close(write_end)
+        page.close()

@@ -26,8 +26,8 @@ import stat
 import time
 from dataclasses import dataclass
 
-from cuda_l1.evaluate.doorbell import (F_GET_SEALS, F_SEAL_SHRINK, FUTEX_WAIT, FUTEX_WAKE, GO_OFFSET, NAP, PAGE_BYTES,
-                                       RING_LEAVES, RING_WORDS, futex_call, leaf_span)
+from cuda_l1.evaluate.doorbell import (ASLEEP_OFFSET, F_GET_SEALS, F_SEAL_SHRINK, FUTEX_WAIT, FUTEX_WAKE, GO_OFFSET, NAP,
+                                       PAGE_BYTES, RING_LEAVES, RING_WORDS, futex_call, leaf_span)
 from cuda_l1.evaluate.protocol import CallOutputs, Ran
 from cuda_l1.evaluate.remote import SpotReader, Unreadable, read_spans
 from cuda_l1.evaluate.sandbox import ChildFailure
@@ -83,10 +83,11 @@ class RingPage:
         self.words = (ctypes.c_uint64 * RING_WORDS).from_address(self.address)  # only ever read
         self.go_at = self.address + GO_OFFSET
         self.go = ctypes.c_uint64.from_address(self.go_at)  # only ever written
+        self.asleep = ctypes.c_uint64.from_address(self.address + ASLEEP_OFFSET)  # only ever written
 
     def close(self) -> None:
         if self.address is not None:
-            self.words = self.go = None
+            self.words = self.go = self.asleep = None
             address, self.address = self.address, None
             _libc().munmap(ctypes.c_void_p(address), PAGE_BYTES)
 
@@ -164,7 +165,7 @@ class Gate:
         if side.ring is None:
             raise self._fail("the side has no doorbell")
         self.words, self.address = side.ring.words, side.ring.address
-        self.go, self.go_at = side.ring.go, side.ring.go_at
+        self.go, self.go_at, self.asleep = side.ring.go, side.ring.go_at, side.ring.asleep
         self.pid = side.proc.harness_pid()
         self.spin_s = spin_s
         self.futex = futex_call()
@@ -208,13 +209,18 @@ class Gate:
                     continue
                 check_at = now + _CHECK_S
             else:
+                # Said before the ring is read: a side that rings now either sees it and wakes the
+                # futex, or its ring is seen by futex_wait, which then does not sleep (doorbell._publish).
+                self.asleep.value = 1
                 seq = self.words[0]
                 if self._rung():
+                    self.asleep.value = 0
                     return True
                 if self.futex is not None:
                     self.futex(self.address, FUTEX_WAIT, seq & 0xFFFFFFFF, NAP, None, 0)
                 else:
                     time.sleep(20e-6)
+                self.asleep.value = 0
                 if self._rung():
                     return True
                 last = time.perf_counter()  # asleep on purpose: no sign of another task

@@ -151,6 +151,8 @@ class RemoteMemory:
         span = extent - ref.storage_offset * ITEMSIZE[ref.dtype] if ref.numel() else 0
         if span > min(self.max_bytes, limit if limit is not None else self.max_bytes):
             raise Unreadable(f"an output spanning {span / 2**20:.1f} MiB is larger than this output may be")
+        if ref.handle and not self.device.startswith("cuda"):
+            raise Unreadable("an output described by an IPC handle, where there is no GPU")
         if ref.numel() == 0:
             return torch.empty(ref.shape, dtype=dtype, device=self.device if ref.handle else "cpu")
         if ref.handle:

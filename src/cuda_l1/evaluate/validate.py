@@ -119,6 +119,8 @@ def leaf_ref(d) -> LeafRef:
         raise ProtocolError("output leaf: the view reaches past its storage")
     if ref.handle and not _HANDLE.fullmatch(ref.handle):
         raise ProtocolError("output leaf: malformed IPC handle")
+    if ref.handle and not ref.device.startswith("cuda"):  # an IPC handle names GPU memory only
+        raise ProtocolError("output leaf: an IPC handle for a tensor not on a GPU")
     return ref
 
 
