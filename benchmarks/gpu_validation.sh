@@ -68,7 +68,7 @@ for s in "${steps[@]}"; do
         tail -c 4000 "$out/smoke.log"
         exit 1
       fi ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_S:-420}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
+    gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
         tests/test_adversarial_gpu.py tests/test_build.py ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
         --out "$out/gpu-corpus.jsonl" ;;
@@ -79,8 +79,10 @@ for s in "${steps[@]}"; do
     audit) step audit "${AUDIT_S:-400}" "$py" -m cuda_l1 audit "${AUDIT_SOLUTIONS:-.data/cuda-l1/h100.jsonl}" \
         --out runs/audit --device cuda
       tar czf "$out/audit-run.tgz" runs/audit ;;
-    kb-bench) step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
-        --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph}
+    kb-bench) # a resumed run (its store carried in) has had its noise check: no second one per call
+      resumed=""; [ -s runs/kb/calibration.json ] && resumed="--no-calibrate"
+      step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
+        --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph} $resumed
       tar czf "$out/kb-run.tgz" runs/kb ;;
     compile-time) step compile-time "${COMPILE_S:-200}" "$py" benchmarks/compile_time.py --repeats 1 --skip-stock \
         --out "$out/compile-time.json" ;;
