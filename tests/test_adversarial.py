@@ -110,9 +110,11 @@ def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_serve
     summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
     assert "sk-test-" not in verdict.to_json()
     if case.expect == "not_faster":
-        # Refused, or measured in full and then no faster than the reference (a busy CPU host
-        # widens the allowance a little; the tricks these cases try would gain far more).
-        assert verdict.status != "ok" or verdict.raw_speedup <= 1.15, summary
+        # Refused, or measured in full and then no faster than the reference: raw within 15% (a busy
+        # CPU host strays; the tricks these cases try would gain far more), or scored no faster (the
+        # reward: an interval that holds 1). Raw alone failed once for code that gains nothing
+        # (timer_patch: raw 1.18, its interval from 0.85, scored 1.00).
+        assert verdict.status != "ok" or verdict.raw_speedup <= 1.15 or verdict.speedup <= 1.0, summary
         return
     assert case.expects(verdict.status), summary
     assert case.caught(verdict), summary
