@@ -25,17 +25,16 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef
+from cuda_l1.evaluate.doorbell import leaf_span
+from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
 MAX_POINTERS = 100  # tensors a call described by pointers may return (doorbell.RING_LEAVES: a ring names them all)
 _MAX_ALLOCATIONS = 4096  # allocations a side remembers (ids of freed ones are never reused)
 
 
 def span_bytes(leaf: LeafRef) -> int:
-    """Bytes from a tensor leaf's first element to its last (0 when it has none)."""
-    if leaf.numel() == 0:
-        return 0
-    return (sum((s - 1) * st for s, st in zip(leaf.shape, leaf.stride)) + 1) * ITEMSIZE.get(leaf.dtype, 1)
+    """Bytes from a tensor leaf's first element to its last (0 when it has none): what a ring names."""
+    return leaf_span(leaf)[1]
 
 
 @dataclass
@@ -229,13 +228,8 @@ def rebuild(first: CallOutputs, pointers: list[int], exports: list[tuple[str, in
 
 
 def _holder(exports: list[tuple[str, int, int]], ptr: int) -> int:
-    lo, hi = 0, len(exports)
-    while lo < hi:  # the last allocation whose base is at most ptr
-        mid = (lo + hi) // 2
-        if exports[mid][1] <= ptr:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo == 0 or ptr >= exports[lo - 1][1] + exports[lo - 1][2] or not exports[lo - 1][0]:
+    """The index of the export holding `ptr` (the last whose base is at most it)."""
+    i = bisect.bisect_right(exports, ptr, key=lambda e: e[1]) - 1
+    if i < 0 or ptr >= exports[i][1] + exports[i][2] or not exports[i][0]:
         raise Unmapped("a call's output is in no allocation the reply names")
-    return lo - 1
+    return i
