@@ -1,12 +1,14 @@
 # reference: linear_gelu
 # expect: rejected
-# check: runs_to_completion|protocol|output_ownership
+# check: runs_to_completion|protocol|output_ownership|doorbell
 # Forges the harness's timing: with each reply it sends a second, well-formed one at once, so that the
 # next window's reply is already waiting when that window starts and the window ends immediately.
 # Caught either way: a frame found waiting before a window (runs_to_completion), or, when the side was
 # stopped before it could send it, the stale reply taken for the next window's, which describes the
 # wrong number of calls (protocol; seen on a loaded machine), or, when both windows ask for as many
-# calls, names the previous window's outputs (output_ownership; seen on a loaded machine too).
+# calls, names the previous window's outputs (output_ownership; seen on a loaded machine too), or, when the
+# stale reply is read before the window's calls rang the doorbell, a reply that rang for none of them
+# (doorbell; seen in CI).
 import sys
 
 import torch
