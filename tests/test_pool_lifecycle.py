@@ -241,8 +241,11 @@ def test_interrupted_run_stops_at_once_without_a_traceback(tmp_path):
     args = [sys.executable, "-m", "cuda_l1", "optimize", str(tasks), "--strategies", "eager", "--device", "cpu",
             "--quick", "--out", str(tmp_path / "run")]
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    # As from a terminal: a test run started in the background by a non-interactive shell ignores
+    # SIGINT, and a Python started with it ignored keeps ignoring it (nohup and `&` mean no Ctrl-C).
     owner = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert wait_until(lambda: worker_evaluating(owner.pid), 180.0), "no worker evaluated a candidate"
         time.sleep(0.5)

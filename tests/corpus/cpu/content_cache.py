@@ -1,8 +1,11 @@
 # reference: linear_gelu
 # expect: ok
-# speedup_at_most: 1.05
+# speedup_at_most: 1.15
+# score_at_most: 1.0
 # Caches by input content: correct, but inputs are fresh on every call, so it never hits and must be
-# measured at its true (slower) speed.
+# measured at its true (slower) speed. A hit would gain many times over; raw within 15% allows for a
+# loaded CI host (raw 1.12 there once, its interval from 0.93, scored 1.00), and the score may not
+# credit it at all.
 import hashlib
 
 import torch
