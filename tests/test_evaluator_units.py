@@ -390,6 +390,44 @@ def get_init_inputs():
     assert _output_bytes(load_task_module(Task(name="item", level=1, source=bad))) is None  # not on meta: unknown
 
 
+def test_each_slot_of_a_round_has_a_secret_seed_of_its_own(monkeypatch):
+    """A later slot's inputs may not follow from an earlier slot's: torch's CPU generator is MT19937,
+    whose state about 2,000 values of one slot give away (an adversarial reading rebuilt ten later
+    calls' inputs bit for bit from a window's first call). With the round's first seed fixed and the
+    later ones changed, the first slot stays and every later one changes."""
+    from cuda_l1.evaluate import slots
+    from cuda_l1.tasks import Task
+    from cuda_l1.tasks.runtime import load_task_module
+
+    source = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+"""
+    src = slots.InputSource(load_task_module(Task(name="seeds", level=1, source=source)), "cpu", "seeds")
+
+    def round_with(later: int) -> list[torch.Tensor]:
+        draws = iter([12345] + [later + i for i in range(3)])
+        monkeypatch.setattr(slots.secrets, "randbits", lambda bits: next(draws))
+        return [values[0].clone() for values in src.fresh(4).values]
+
+    first, second = round_with(1000), round_with(2000)
+    assert torch.equal(first[0], second[0])
+    assert all(not torch.equal(a, b) for a, b in zip(first[1:], second[1:]))
+
+
 def test_packed_inputs_fill_a_buffer_in_one_copy_and_show_any_write_to_it(monkeypatch):
     """InputSource.pack lays a round's slots out as a side's buffer holds them (used on CUDA, where
     a copy and a comparison per input cost a launch and a synchronisation each)."""
