@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -446,7 +447,52 @@ def test_only_common_flags_start_a_header_build(tmp_path):
     assert headers_worth_building(spec()) and headers_worth_building(spec(extra_cflags=["-O3", "-std=c++17"]))
     assert headers_worth_building(spec(extra_cuda_cflags=["-O3", "--use_fast_math", "-lineinfo"]))
     assert not headers_worth_building(spec(extra_cflags=["-O3 -DSALT=7349120"]))
+    assert not headers_worth_building(spec(extra_cflags=["-O2", "-O2"]))  # one more key per repeat
     result = build_extension(spec(extra_cflags=["-DSALT=7349120"]), BuildConfig(cache_dir=tmp_path, pch="auto"))
     assert result.ok, result.error
     assert result.notes["pch"] == "none"
     assert not any(t.is_alive() for t in pch._background) and not list((tmp_path / "pch").glob("*/*.gch"))
+
+
+def test_background_header_builds_are_bounded(monkeypatch, tmp_path):
+    """However many flag sets candidates ask for, a process runs at most two header builds at once and
+    starts at most MAX_BACKGROUND_STARTED in all (each is a compile of torch's headers)."""
+    from cuda_l1.evaluate.build import pch
+
+    monkeypatch.setattr(pch, "_background", [])
+    release = threading.Event()
+    store = tmp_path / "pch"
+    assert pch.start_in_background(store, "a", release.wait) and pch.start_in_background(store, "b", release.wait)
+    assert not pch.start_in_background(store, "c", release.wait)  # two are running
+    release.set()
+    pch.wait_for_background_pch(10)
+    started = 0
+    for i in range(20):
+        started += pch.start_in_background(store, f"n{i}", lambda: None)
+        pch.wait_for_background_pch(10)
+    assert 2 + started == pch.MAX_BACKGROUND_STARTED
+    assert pch.start_in_background(tmp_path / "another", "d", lambda: None)  # counted by store
+
+
+def test_compilers_are_held_to_a_file_size_and_their_output_to_its_ends(tmp_path):
+    """A source decides what its compilers write: a file past the limit ends the command, and of an
+    output flood only the first and last part reach this process, with a line saying what was cut."""
+    from cuda_l1.evaluate.build import procs
+
+    env = procs.compiler_env(tmp_path)
+    big = run_command("big", [sys.executable, "-c", "open('out.bin', 'wb').write(bytes(3 << 20))"],
+                      cwd=tmp_path, env=env, timeout_s=60, label="fsize-test", file_bytes=1 << 20)
+    assert not big.ok and (tmp_path / "out.bin").stat().st_size <= 1 << 20
+    small = run_command("small", [sys.executable, "-c", "open('out.bin', 'wb').write(bytes(3 << 19))"],
+                        cwd=tmp_path, env=env, timeout_s=60, label="fsize-test", file_bytes=1 << 21)
+    assert small.ok, small.output
+    hog = run_command("hog", [sys.executable, "-c", f"b = bytearray({procs.MEMORY_BYTES + (1 << 30)})"],
+                      cwd=tmp_path, env=env, timeout_s=60, label="as-test")
+    assert not hog.ok and "MemoryError" in hog.output
+    flood = run_command("flood", [sys.executable, "-c", "import sys\nfor i in range(200000): "
+                                  "sys.stdout.write(f'line {i:06d} ' + 'x' * 40 + chr(10))"],
+                        cwd=tmp_path, env=env, timeout_s=60, label="flood-test")
+    assert flood.ok
+    assert len(flood.output) < procs.OUTPUT_HEAD_BYTES + procs.OUTPUT_TAIL_BYTES + 200
+    assert flood.output.startswith("line 000000") and flood.output.rstrip().endswith("x" * 40)
+    assert "line 199999" in flood.output and "bytes of compiler output left out" in flood.output

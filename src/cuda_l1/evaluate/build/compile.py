@@ -69,7 +69,10 @@ _COMMON_FLAG = re.compile(r"-O[0-3s]|-g|-lineinfo|--?use_fast_math|-ffast-math|-
 def headers_worth_building(spec: ExtensionSpec) -> bool:
     """Whether a build of `spec` may start building the precompiled headers it lacks."""
     checked = spec.checked_flags()
-    return not checked["includes"] and all(_COMMON_FLAG.fullmatch(f) for f in (*checked["cxx"], *checked["nvcc"]))
+    flags = (*checked["cxx"], *checked["nvcc"])
+    # No flag twice: ["-O2"] * k would key k header sets of one flag (an adversarial reading did).
+    return (not checked["includes"] and all(_COMMON_FLAG.fullmatch(f) for f in flags)
+            and all(len(set(fs)) == len(fs) for fs in (checked["cxx"], checked["nvcc"])))
 
 
 def build_key(spec: ExtensionSpec, toolchain: Toolchain, config: BuildConfig) -> str:
@@ -238,8 +241,8 @@ def compile_extension(spec: ExtensionSpec, toolchain: Toolchain, key: str, workd
         if header is None and config.pch == "wait":
             header = pch_store.build(pkey, toolchain, base, config.timeout_s)
         elif header is None and not pch_store.failed(pkey) and headers_worth_building(spec):
-            pch_store.build_in_background(pkey, toolchain, base, config.timeout_s)
-            notes["pch"] = "building"
+            if pch_store.build_in_background(pkey, toolchain, base, config.timeout_s):
+                notes["pch"] = "building"
         notes.setdefault("pch", "none")
         if header is not None:
             cpp_cmd += ["-include", str(header), "-Winvalid-pch", "-H"]
@@ -345,5 +348,7 @@ def start_pch_builds(config: BuildConfig, toolchain: Toolchain | None = None) ->
         if key is not None:
             HostPchStore(root / "pch").build(key, tc, cmd, config.timeout_s, blocking=False)
 
-    start_in_background("pch-default", torch_header)
-    start_in_background("pch-default-host", host_prefix)
+    # The default flag sets' headers, asked for by the trusted pool itself: not counted against the
+    # bounds on those candidates' flags start.
+    start_in_background(root / "pch", "pch-default", torch_header, bounded=False)
+    start_in_background(root / "pch", "pch-default-host", host_prefix, bounded=False)

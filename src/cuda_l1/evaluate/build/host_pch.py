@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cuda_l1.evaluate.build.nvcc_split import MODULE_ID, SplitPlan, plan_split, write_module_id
 from cuda_l1.evaluate.build.pch import PchStore, pch_used, start_in_background, strip_include_trace
-from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, run_command
+from cuda_l1.evaluate.build.procs import HEADER_FILE_BYTES, CommandResult, compiler_env, run_command
 from cuda_l1.evaluate.build.toolchain import Toolchain
 
 PREFIX_HEADER = "prefix.h"
@@ -125,8 +125,8 @@ class HostPchStore:
         if prefix is None and mode == "wait":
             prefix = self.build(key, toolchain, nvcc_cmd, timeout_s)
         elif prefix is None and mode == "auto" and not self.failed(key):
-            self.build_in_background(key, toolchain, nvcc_cmd, timeout_s)
-            return None, "building"
+            if self.build_in_background(key, toolchain, nvcc_cmd, timeout_s):
+                return None, "building"
         return prefix, "ready" if prefix is not None else "none"
 
     def build(self, key: str, toolchain: Toolchain, nvcc_cmd: Sequence[str], timeout_s: float,
@@ -145,9 +145,9 @@ class HostPchStore:
         return HostPrefix(header) if header is not None else None
 
     def build_in_background(self, key: str, toolchain: Toolchain, nvcc_cmd: Sequence[str],
-                            timeout_s: float) -> None:
-        start_in_background(f"pch-{key[:13]}", lambda: self.build(key, toolchain, nvcc_cmd, timeout_s,
-                                                                  blocking=False))
+                            timeout_s: float) -> bool:
+        return start_in_background(self.store.root, f"pch-{key[:13]}",
+                                   lambda: self.build(key, toolchain, nvcc_cmd, timeout_s, blocking=False))
 
     def _probe_and_compile(self, key: str, toolchain: Toolchain, nvcc_cmd: Sequence[str], probe: Path,
                            header: Path, tmp: Path, nice: list[str], timeout_s: float) -> list[CommandResult]:
@@ -159,7 +159,7 @@ class HostPchStore:
         results = []
         for line in plan.host_front:  # confined like every compiler, and never on candidate code
             results.append(run_command("probe", [*nice, "/bin/sh", "-c", line], cwd=probe, env=plan.env,
-                                       timeout_s=timeout_s, label=f"pch:{key}"))
+                                       timeout_s=timeout_s, label=f"pch:{key}", file_bytes=HEADER_FILE_BYTES))
             if not results[-1].ok:
                 return results
         line = plan.host_compile[0]
@@ -174,4 +174,5 @@ class HostPchStore:
         as_header = (line[:files.start()].replace(" -c -x c++ ", " -x c++-header ", 1)
                      + f"{shlex.quote(str(header))} -o {shlex.quote(str(tmp))}")
         return results + [run_command("pch", [*nice, "/bin/sh", "-c", as_header], cwd=header.parent,
-                                      env=plan.env, timeout_s=timeout_s, label=f"pch:{key}")]
+                                      env=plan.env, timeout_s=timeout_s, label=f"pch:{key}",
+                                      file_bytes=HEADER_FILE_BYTES)]

@@ -25,10 +25,11 @@ import os
 import re
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cuda_l1.evaluate.build.procs import CommandResult, compiler_env, run_command
+from cuda_l1.evaluate.build.procs import HEADER_FILE_BYTES, CommandResult, compiler_env, run_command
 from cuda_l1.evaluate.build.toolchain import Toolchain
 
 PCH_HEADER = "torch_extension_pch.h"
@@ -40,6 +41,9 @@ _H_TRACE = re.compile(r"^(\.+ |! )[^\n]*\n?|^Multiple include guards may be usef
 
 _background: list[threading.Thread] = []
 _background_lock = threading.Lock()
+_started: Counter = Counter()  # background header builds this process has started, by store directory
+MAX_BACKGROUND_RUNNING = 2  # the two a build pool starts at once: the binding's and nvcc's host prefix
+MAX_BACKGROUND_STARTED = 8  # a store's: both kinds of header for a few flag sets
 
 
 def pch_used(output: str) -> bool:
@@ -83,7 +87,7 @@ class PchStore:
             hdr.write_text(_HEADER_TEXT)
             cmd = [*nice, toolchain.cxx, *flags, "-x", "c++-header", str(hdr), "-o", str(tmp)]
             return [run_command("pch", cmd, cwd=kdir, env=compiler_env(kdir), timeout_s=timeout_s,
-                                label=f"pch:{key}")]
+                                label=f"pch:{key}", file_bytes=HEADER_FILE_BYTES)]
 
         return self.build_once(key, compile_header, blocking)
 
@@ -126,14 +130,21 @@ class PchStore:
             return hdr
 
     def build_in_background(self, key: str, toolchain: Toolchain, flags: Sequence[str],
-                            timeout_s: float) -> None:
-        """Start building the PCH in a daemon thread unless someone already is."""
-        start_in_background(f"pch-{key[:8]}", lambda: self.build(key, toolchain, flags, timeout_s,
-                                                                 blocking=False))
+                            timeout_s: float) -> bool:
+        """Start building the PCH in a daemon thread unless someone already is (False: not started,
+        see `start_in_background`)."""
+        return start_in_background(self.root, f"pch-{key[:8]}",
+                                   lambda: self.build(key, toolchain, flags, timeout_s, blocking=False))
 
 
-def start_in_background(name: str, build: Callable[[], object]) -> None:
-    """Run `build` in a daemon thread that `wait_for_background_pch` waits for."""
+def start_in_background(store: Path, name: str, build: Callable[[], object], bounded: bool = True) -> bool:
+    """Run `build` in a daemon thread that `wait_for_background_pch` waits for, unless
+    MAX_BACKGROUND_RUNNING such builds run now or this process has started MAX_BACKGROUND_STARTED
+    for the `store` directory (False then). Each is a compile of torch's headers (about 40 CPU seconds, 0.8 GB on disk,
+    2 GB of memory) that a candidate's flags can ask for: an adversarial reading started them with
+    flags repeated or reordered, in parallel and without end. A header is an optimisation; the
+    flag sets honest candidates share are the first to ask. `bounded=False`: the trusted pool's own
+    default headers (compile.start_pch_builds), neither bounded nor counted."""
     def _run():
         try:
             build()
@@ -142,9 +153,13 @@ def start_in_background(name: str, build: Callable[[], object]) -> None:
 
     with _background_lock:
         _background[:] = [t for t in _background if t.is_alive()]
+        if bounded and (len(_background) >= MAX_BACKGROUND_RUNNING or _started[str(store)] >= MAX_BACKGROUND_STARTED):
+            return False
+        _started[str(store)] += bounded
         thread = threading.Thread(target=_run, name=name, daemon=True)
         _background.append(thread)
     thread.start()
+    return True
 
 
 def wait_for_background_pch(timeout_s: float | None = None) -> None:

@@ -9,6 +9,7 @@ loaded machine.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -36,13 +37,28 @@ _KEPT_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "USER"
 _jail_reads: set[str] = set()
 
 
+# What one compiler process may write to one file and hold in address space (jail.py sets them as
+# rlimits before the exec). A candidate's source decides what its compilers do: an initialised array
+# of a GiB became two 1 GiB libraries in the cache, and a template bomb took a compiler past 1 GB
+# and growing. Honest extensions write a few MB a file; torch's precompiled headers 0.8 GB.
+FILE_BYTES = 512 << 20
+HEADER_FILE_BYTES = 4 << 30
+MEMORY_BYTES = 8 << 30
+# What is kept of a command's output: its first and last part (compiler messages that matter are at
+# either end). An adversarial source made gcc print 668 MB of errors, all of it read into the
+# trusted process and copied several times over (2.8 GB).
+OUTPUT_HEAD_BYTES = 1 << 20
+OUTPUT_TAIL_BYTES = 256 << 10
+
+
 def allow_reads(path: str | os.PathLike) -> None:
     """Let confined compilers read below `path` (the build cache)."""
     _jail_reads.add(str(path))
 
 
-def jailed(cmd: Sequence[str], cwd: Path, env: dict) -> list[str]:
-    """`cmd` behind the jail launcher: writes only in its own directory (and its TMPDIR)."""
+def jailed(cmd: Sequence[str], cwd: Path, env: dict, file_bytes: int = FILE_BYTES) -> list[str]:
+    """`cmd` behind the jail launcher: writes only in its own directory (and its TMPDIR), files of
+    at most `file_bytes`, an address space of at most MEMORY_BYTES."""
     import sys
 
     writes = [str(cwd)] + ([env["TMPDIR"]] if env.get("TMPDIR") else [])
@@ -57,6 +73,7 @@ def jailed(cmd: Sequence[str], cwd: Path, env: dict) -> list[str]:
         launcher += ["--write", w]
     for r in sorted(_jail_reads):
         launcher += ["--read", r]
+    launcher += ["--max-file-bytes", str(file_bytes), "--max-memory-bytes", str(MEMORY_BYTES)]
     return launcher + ["--"] + list(cmd)
 
 
@@ -94,14 +111,15 @@ class CommandResult:
 
 
 def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_s: float,
-                label: str) -> CommandResult:
-    """Run one command to completion (or until `timeout_s`), output captured through a file."""
+                label: str, file_bytes: int = FILE_BYTES) -> CommandResult:
+    """Run one command to completion (or until `timeout_s`), output captured through a file (its
+    first and last part kept: `bounded_output`)."""
     with _runs_lock:
         _runs[label] += 1
     out_path = Path(cwd) / f".{name}.out"
     start = time.perf_counter()
     with open(out_path, "wb") as out, _runs_lock:  # registered before cancel_running can look
-        proc = subprocess.Popen(jailed(cmd, Path(cwd), env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(jailed(cmd, Path(cwd), env, file_bytes), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         _live.add(proc.pid)
     timed_out = threading.Event()
@@ -126,10 +144,24 @@ def run_command(name: str, cmd: Sequence[str], *, cwd: Path, env: dict, timeout_
             _cancelled.discard(proc.pid)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen consistent
     wall = time.perf_counter() - start
-    output = out_path.read_text(errors="replace")
+    output = bounded_output(out_path)
     out_path.unlink(missing_ok=True)
     return CommandResult(name, list(cmd), proc.returncode, wall, usage.ru_utime + usage.ru_stime,
                          output, timed_out.is_set(), cancelled)
+
+
+def bounded_output(path: Path, head: int = OUTPUT_HEAD_BYTES, tail: int = OUTPUT_TAIL_BYTES) -> str:
+    """A command's output file as text: all of it if short, else its first `head` and last `tail`
+    bytes with a line saying how much was left out (never the whole of a flood in memory)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= head + tail:
+            return f.read().decode(errors="replace")
+        first = f.read(head)
+        f.seek(size - tail)
+        last = f.read(tail)
+    note = f"\n[... {size - head - tail} bytes of compiler output left out ...]\n"
+    return first.decode(errors="replace") + note + last.decode(errors="replace")
 
 
 def cancel_running() -> int:
@@ -144,6 +176,12 @@ def cancel_running() -> int:
         except ProcessLookupError:
             pass
     return len(pids)
+
+
+# A compiler runs in a session of its own (so a time-out kills its whole pipeline), so nothing kills
+# it with this process: one still running at exit (a header built in the background for a command
+# that has finished) would run on as an orphan, using cores and memory no one accounts for.
+atexit.register(cancel_running)
 
 
 def in_parallel(calls: dict) -> dict:
