@@ -140,11 +140,11 @@ class PchStore:
 def start_in_background(store: Path, name: str, build: Callable[[], object], bounded: bool = True) -> bool:
     """Run `build` in a daemon thread that `wait_for_background_pch` waits for, unless
     MAX_BACKGROUND_RUNNING such builds run now or this process has started MAX_BACKGROUND_STARTED
-    for the `store` directory (False then). Each is a compile of torch's headers (about 40 CPU seconds, 0.8 GB on disk,
-    2 GB of memory) that a candidate's flags can ask for: an adversarial reading started them with
-    flags repeated or reordered, in parallel and without end. A header is an optimisation; the
-    flag sets honest candidates share are the first to ask. `bounded=False`: the trusted pool's own
-    default headers (compile.start_pch_builds), neither bounded nor counted."""
+    for the `store` directory (False then). Each is a compile of torch's headers (about 40 CPU
+    seconds, 0.8 GB on disk, 2 GB of memory) that a candidate's flags can ask for: an adversarial
+    reading started them with flags repeated or reordered, in parallel and without end. A header is
+    an optimisation; the flag sets honest candidates share are the first to ask. `bounded=False`:
+    the trusted pool's own default headers (compile.start_pch_builds), neither bounded nor counted."""
     def _run():
         try:
             build()
@@ -153,9 +153,10 @@ def start_in_background(store: Path, name: str, build: Callable[[], object], bou
 
     with _background_lock:
         _background[:] = [t for t in _background if t.is_alive()]
-        if bounded and (len(_background) >= MAX_BACKGROUND_RUNNING or _started[str(store)] >= MAX_BACKGROUND_STARTED):
-            return False
-        _started[str(store)] += bounded
+        if bounded:
+            if len(_background) >= MAX_BACKGROUND_RUNNING or _started[str(store)] >= MAX_BACKGROUND_STARTED:
+                return False
+            _started[str(store)] += 1
         thread = threading.Thread(target=_run, name=name, daemon=True)
         _background.append(thread)
     thread.start()
