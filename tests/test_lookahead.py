@@ -356,7 +356,7 @@ def test_a_pool_with_lookahead_judges_every_job_even_when_its_worker_dies():
 
 
 def test_a_worker_prepares_one_new_task_at_a_time():
-    from cuda_l1.evaluate.local_pool import _load_ahead
+    from cuda_l1.evaluate.lookahead import load_ahead
 
     class Ahead:
         def __init__(self):
@@ -375,14 +375,14 @@ def test_a_worker_prepares_one_new_task_at_a_time():
     a, b, c = T("a"), T("b"), T("c")
     queue = [(0, a, "s"), (1, a, "s"), (2, b, "s"), (3, c, "s")]
     ahead = Ahead()
-    _load_ahead(ahead, queue, 3, ready={"a"}, busy=set())
+    load_ahead(ahead, queue, 3, ready={"a"}, busy=set())
     assert ahead.jobs == [1, 2]  # task b is prepared ahead; c waits until b is ready
-    _load_ahead(ahead, queue[1:], 3, ready={"a"}, busy=set())
+    load_ahead(ahead, queue[1:], 3, ready={"a"}, busy=set())
     assert ahead.jobs == [1, 2]
-    _load_ahead(ahead, queue[1:], 3, ready={"a", "b"}, busy=set())
+    load_ahead(ahead, queue[1:], 3, ready={"a", "b"}, busy=set())
     assert ahead.jobs == [1, 2, 3]
     fresh = Ahead()  # the job being judged is of a task not yet prepared: none other starts
-    _load_ahead(fresh, [(0, a, "s"), (1, b, "s"), (2, a, "s")], 2, ready=set(), busy=set())
+    load_ahead(fresh, [(0, a, "s"), (1, b, "s"), (2, a, "s")], 2, ready=set(), busy=set())
     assert fresh.jobs == [2]
 
 

@@ -149,6 +149,16 @@ class Evaluators:
             if self.room is not None:
                 self.room.release_cached()
 
+    def retire_all(self) -> list[str]:
+        """Close every held evaluator, busy or not (crowding.py: a verdict judged again alone); the
+        ids of their tasks. None is being prepared: a worker calls this with its loads ahead dropped."""
+        retired = []
+        with self._changed:
+            ids = [k for k, v in self._held.items() if v is not _PREPARING]
+            retired = [self._held.pop(k) for k in ids]
+        self._close(retired)
+        return ids
+
     def task_ids(self) -> list[str]:
         with self._changed:
             return [k for k, v in self._held.items() if v is not _PREPARING]

@@ -70,7 +70,7 @@ def worker_devices(device: str, workers: int | None) -> list[str]:
 def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int) -> None:
     """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept, the
     next `lookahead_of(config)` jobs loaded ahead meanwhile (lookahead.py)."""
-    from cuda_l1.evaluate import lifeline
+    from cuda_l1.evaluate import crowding, lifeline
 
     # An interrupt (Ctrl-C reaches the whole process group) is the owner's to handle: it stops its
     # workers. Here it would only print a traceback from the middle of a job.
@@ -87,7 +87,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES
-    from cuda_l1.evaluate.lookahead import Lookahead, lookahead_of
+    from cuda_l1.evaluate.lookahead import Lookahead, load_ahead, lookahead_of
     from cuda_l1.evaluate.task_env import prime_supply
     from cuda_l1.evaluate.side_supply import SideSupply
 
@@ -120,7 +120,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             supply.close()
             return
         busy = {job[1].id for job in queued}
-        _load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
+        load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
         job_id, task, source, best, thresholds = queued.popleft()
         outbox.put((job_id, STARTED, None))  # a death from now on is this job's
         if start is not None:
@@ -131,7 +131,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
                 raise error
             evaluator = evaluator or evaluators.get(task, busy)
             evaluator.config.best_known_speedup = best
-            verdict = evaluator.evaluate(source, thresholds=thresholds, preloaded=preloaded)
+            verdict = crowding.judge(evaluator, source, device=device, evaluators=evaluators, task=task,
+                                     ahead=ahead, thresholds=thresholds, preloaded=preloaded)
             if start is not None:
                 from cuda_l1.evaluate.probe import PROBE_SECONDS
 
@@ -140,22 +141,6 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
-
-
-def _load_ahead(ahead, queued: list, depth: int, ready: set, busy: set) -> None:
-    """Start loading the jobs after the first `queued` one, up to `depth`; at most one task
-    not yet prepared at a time (the first job's included): a task's reference and input slots are
-    what costs memory, and KernelBench's largest take a fifth of a GPU."""
-    started = ahead.started()
-    unprepared = {job[1].id for job in queued[:1] + [j for j in queued if j[0] in started]} - ready
-    for job_id, task, source, *_ in queued[1 : 1 + depth]:
-        if job_id in started:
-            continue
-        if task.id not in ready and task.id not in unprepared and unprepared:
-            continue  # a second new task: later
-        ahead.start(job_id, task, source, busy)
-        if task.id not in ready:
-            unprepared.add(task.id)
 
 
 STARTED = "started"  # a worker's note that it began judging a job (not a verdict)

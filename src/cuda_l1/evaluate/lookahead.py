@@ -104,11 +104,35 @@ class Lookahead:
         """Keys of the jobs loading or loaded here, not yet taken."""
         return set(self._jobs)
 
-    def close(self) -> None:
-        """Wait for the loads under way, stop the sides they left, end the threads."""
-        for key in list(self._jobs):
+    def drop_all(self) -> int:
+        """Wait for the loads under way and stop the sides they left (their jobs are judged without
+        them, or loaded again later); how many there were."""
+        keys = list(self._jobs)
+        for key in keys:
             _, preloaded, _ = self.take(key)
             if preloaded is not None:
                 preloaded.discard()
+        return len(keys)
+
+    def close(self) -> None:
+        """Wait for the loads under way, stop the sides they left, end the threads."""
+        self.drop_all()
         if self._threads is not None:
             self._threads.shutdown(wait=True)
+
+
+def load_ahead(ahead, queued: list, depth: int, ready: set, busy: set) -> None:
+    """Start loading the jobs of a worker's queue (job id, task, source, ...) after the first one
+    (judged now), up to `depth`; at most one task not yet prepared at a time (the first job's
+    included): a task's reference and input slots are what costs memory, and KernelBench's largest
+    take a fifth of a GPU."""
+    started = ahead.started()
+    unprepared = {job[1].id for job in queued[:1] + [j for j in queued if j[0] in started]} - ready
+    for job_id, task, source, *_ in queued[1 : 1 + depth]:
+        if job_id in started:
+            continue
+        if task.id not in ready and task.id not in unprepared and unprepared:
+            continue  # a second new task: later
+        ahead.start(job_id, task, source, busy)
+        if task.id not in ready:
+            unprepared.add(task.id)

@@ -33,6 +33,7 @@ import ray
 from ray import exceptions as ray_errors
 
 from cuda_l1.errors import UserError
+from cuda_l1.evaluate import crowding
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device_room import room_for
 from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
@@ -80,7 +81,8 @@ class EvalWorker:
         try:
             evaluator = self.evaluators.get(task)
             evaluator.config.best_known_speedup = best
-            return evaluator.evaluate(source, thresholds=thresholds).to_dict(), None
+            return crowding.judge(evaluator, source, device=evaluator.config.device, evaluators=self.evaluators,
+                                  task=task, thresholds=thresholds).to_dict(), None
         except Exception as exc:  # a bad task is the caller's error, reported per job
             return None, f"{type(exc).__name__}: {exc}"
 

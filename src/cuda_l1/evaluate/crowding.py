@@ -1,0 +1,66 @@
+"""A verdict lost to a crowded device is judged again, alone.
+
+A GPU worker holds the prepared references of its recent tasks and loads the next candidates ahead
+(jobs.Evaluators, lookahead.py); device_room.py lets a task in beside them only when its inputs and
+outputs fit. What a forward needs beyond them (a loss's temporaries, a reference side's cached
+blocks, the float64 oracle's intermediates) is not known ahead. On KernelBench's level 1, the
+cumsum and loss tasks (two 4 GiB inputs each) ran out of device memory beside the evaluations held
+for the tasks before them: five verdicts failed in the evaluator and one blamed the candidate,
+whose identical copy of the reference raised `torch.OutOfMemoryError` in its own forward.
+
+So a verdict that names running out of device memory is not taken as it is while anything else
+held the device: the worker drops its loads ahead and every evaluator it holds (this task's too,
+since a side that ran out may be left in any state), prepares the task again and judges the
+candidate once more with the device to itself. That second verdict stands, whatever it says: a
+candidate that runs out of memory alone is what it is. The retry costs a candidate nothing it could
+steer: it happens at most once, after a full evaluation, and the verdict notes it
+(`timing["crowded_retry"]`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuda_l1.evaluate.verdict import Verdict
+
+# How PyTorch's caching allocator and the driver say it (torch.OutOfMemoryError's message, its type
+# name in a traceback, cuMemAlloc's status through cudadrv).
+OUT_OF_MEMORY_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUDA_ERROR_OUT_OF_MEMORY")
+
+
+def ran_out_of_device_memory(verdict: Verdict) -> bool:
+    """Whether a failed verdict says the device's memory ran out (in either side or the evaluator)."""
+    if verdict.ok:
+        return False
+    text = "\n".join(verdict.reasons) + "\n" + "\n".join(c.detail for c in verdict.checks if c.passed is False)
+    return any(marker in text for marker in OUT_OF_MEMORY_MARKERS)
+
+
+def clear_device(evaluators: Any, ahead: Any | None, task_id: str) -> int:
+    """Drop what a worker holds on its device: loads ahead first (their threads may be preparing
+    tasks), then every held evaluator. Returns how many of them were there beside `task_id`'s own
+    evaluator (every load ahead counts: a loaded candidate's side holds its model on the device)."""
+    dropped = ahead.drop_all() if ahead is not None else 0
+    return dropped + sum(1 for held in evaluators.retire_all() if held != task_id)
+
+
+def judge(evaluator: Any, source: str, *, device: str, evaluators: Any, task: Any, ahead: Any | None = None,
+          **evaluate_kwargs) -> Verdict:
+    """`evaluator.evaluate(source, ...)`, judged again alone (see the module's docstring) when it ran
+    out of device memory beside other evaluations."""
+    verdict = evaluator.evaluate(source, **evaluate_kwargs)
+    if not device.startswith("cuda") or not ran_out_of_device_memory(verdict):
+        return verdict
+    beside = clear_device(evaluators, ahead, task.id)
+    if beside <= 0:  # it was alone on the device: the finding stands
+        return verdict
+    evaluate_kwargs.pop("preloaded", None)  # the load ahead was dropped with the others
+    again = evaluators.get(task).evaluate(source, **evaluate_kwargs)
+    again.attempts = verdict.attempts + 1
+    again.elapsed_s = round(verdict.elapsed_s + again.elapsed_s, 3)
+    again.timing["crowded_retry"] = {
+        "beside": beside,
+        "first_status": verdict.status,
+        "first_reason": (verdict.reasons[0] if verdict.reasons else "")[:300],
+    }
+    return again
