@@ -7,6 +7,7 @@ import pytest
 
 from cuda_l1.evaluate import crowding
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+from cuda_l1.evaluate.device_room import DeviceRoom
 from cuda_l1.evaluate.evaluator import Evaluator
 from cuda_l1.evaluate.jobs import Evaluators
 from cuda_l1.evaluate.lookahead import Lookahead
@@ -78,15 +79,21 @@ def test_other_failures_and_ok_verdicts_are_not_out_of_memory():
     assert not crowding.ran_out_of_device_memory(Verdict(status=OK, reasons=[H200_MESSAGES[0]]))
 
 
-class ScriptedEvaluator:
-    """An evaluator whose verdicts are given in advance (the decision around them is under test)."""
+GiB = 1 << 30
 
-    def __init__(self, task, script: list, made: list):
-        self.task, self.script, self.calls = task, script, 0
+
+class ScriptedEvaluator:
+    """An evaluator whose verdicts are given in advance (the decision around them is under test);
+    each evaluation takes `takes` bytes of a simulated device for good."""
+
+    def __init__(self, task, script: list, made: list, device: dict | None = None, takes: int = 0):
+        self.task, self.script, self.calls, self.device, self.takes = task, script, 0, device, takes
         made.append(self)
 
     def evaluate(self, source, **kwargs):
         self.calls += 1
+        if self.device is not None:
+            self.device["free"] -= self.takes
         return self.script.pop(0)
 
     def close(self):
@@ -98,7 +105,10 @@ def test_an_out_of_memory_verdict_beside_another_task_is_replaced_by_the_one_jud
     script = [Verdict(status=RUNTIME_ERROR, reasons=[H200_MESSAGES[0]], elapsed_s=2.0),
               Verdict(status=OK, speedup=1.0, elapsed_s=3.0)]
     made: list = []
-    evaluators = Evaluators(lambda task: ScriptedEvaluator(task, script, made), keep=3)
+    device = {"free": 100 * GiB}
+    room = DeviceRoom("cuda:0", free=lambda: device["free"], need=lambda source: 10 * GiB)
+    evaluators = Evaluators(lambda task: ScriptedEvaluator(task, script, made, device, takes=30 * GiB), keep=3,
+                            room=room)
     evaluators.get(second)  # another task's reference, still held
     evaluator = evaluators.get(first)
     verdict = crowding.judge(evaluator, "src", device="cuda:0", evaluators=evaluators, task=first,
@@ -109,6 +119,8 @@ def test_an_out_of_memory_verdict_beside_another_task_is_replaced_by_the_one_jud
     # both held evaluators were closed, and this task's prepared again for the retry
     assert [e.task.id for e in made] == [second.id, first.id, first.id]
     assert evaluators.task_ids() == [first.id]
+    # what the evaluation alone took is the task's need from now on (more than its estimate)
+    assert room.need(first) == 30 * GiB and room.need(second) == 10 * GiB
     evaluators.close()
 
 

@@ -11,7 +11,9 @@ whose identical copy of the reference raised `torch.OutOfMemoryError` in its own
 So a verdict that names running out of device memory is not taken as it is while anything else
 held the device: the worker drops its loads ahead and every evaluator it holds (this task's too,
 since a side that ran out may be left in any state), prepares the task again and judges the
-candidate once more with the device to itself. That second verdict stands, whatever it says: a
+candidate once more with the device to itself, noting what that evaluation took of the device as
+the task's need from then on (device_room.DeviceRoom.remember), so that its next candidates are
+not prepared beside too much again. That second verdict stands, whatever it says: a
 candidate that runs out of memory alone is what it is. The retry costs a candidate nothing it could
 steer: it happens at most once, after a full evaluation, and the verdict notes it
 (`timing["crowded_retry"]`).
@@ -55,7 +57,13 @@ def judge(evaluator: Any, source: str, *, device: str, evaluators: Any, task: An
     if beside <= 0:  # it was alone on the device: the finding stands
         return verdict
     evaluate_kwargs.pop("preloaded", None)  # the load ahead was dropped with the others
+    room = evaluators.room
+    free_alone = room.free() if room is not None else 0
     again = evaluators.get(task).evaluate(source, **evaluate_kwargs)
+    # What is gone now is about what the task's evaluation takes: the reference's side keeps its
+    # cached blocks, and the candidate's side has exited (it cannot make its task's need larger).
+    if room is not None:
+        room.remember(task, free_alone - room.free())
     again.attempts = verdict.attempts + 1
     again.elapsed_s = round(verdict.elapsed_s + again.elapsed_s, 3)
     again.timing["crowded_retry"] = {

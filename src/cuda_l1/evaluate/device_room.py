@@ -49,6 +49,7 @@ class DeviceRoom:
         self._free = free or self._cuda_free
         self._need = need or task_bytes
         self._needs: dict[str, int] = {}
+        self._seen: dict[str, int] = {}  # task id -> device bytes an evaluation held (remember)
         self._lock = threading.Lock()
 
     def _cuda_free(self) -> int:
@@ -60,7 +61,16 @@ class DeviceRoom:
         with self._lock:
             if task.id not in self._needs:
                 self._needs[task.id] = self._need(task.source)
-            return self._needs[task.id]
+            return max(self._needs[task.id], self._seen.get(task.id, 0))
+
+    def free(self) -> int:
+        return self._free()
+
+    def remember(self, task, used: int) -> None:
+        """What an evaluation of `task` was seen to hold, judged alone (crowding.py): its need from
+        now on, where that is more than the estimate."""
+        with self._lock:
+            self._seen[task.id] = max(self._seen.get(task.id, 0), int(used))
 
     def fits(self, task) -> bool:
         need = self.need(task)
