@@ -184,6 +184,17 @@ def test_cuda_graph_strategies_are_skipped_on_cpu_with_a_note():
         assert STRATEGIES["compile-ro"].applies(device) == (True, "")
 
 
+def test_a_bench_takes_its_tasks_one_at_a_time_with_all_of_their_strategies():
+    """A worker holds the references of its last few tasks only: one task's strategies back to back
+    share its prepared reference, strategy by strategy they did not (bench.strategy_candidates)."""
+    from cuda_l1.bench import strategy_candidates
+
+    tasks = [TASKS[key] for key in sorted(TASKS)[:3]]
+    candidates, notes = strategy_candidates(tasks, ["eager", "compile-ro", "compile"], "cpu")
+    assert [(c.task.id, c.label) for c in candidates] == [(t.id, name) for t in tasks for name in ("eager", "compile")]
+    assert len(notes) == 1 and "compile-ro" in notes[0]
+
+
 # ---------------------------------------------------------------- generated sources, statically
 
 

@@ -39,18 +39,22 @@ class Candidate:
 
 
 def strategy_candidates(tasks: list[Task], names: list[str], device: str) -> tuple[list[Candidate], list[str]]:
-    """Tasks x strategies; strategies that do not apply on the device are skipped with a note."""
+    """Tasks x strategies, task by task; strategies that do not apply on the device are skipped with a
+    note. A task's strategies come one after another, so that a worker prepares its reference once for
+    all of them (it holds only its last few tasks': strategy by strategy, KernelBench's 250 tasks were
+    each prepared once per strategy), and a run stopped partway has every strategy of the tasks it reached."""
     from cuda_l1.strategies import get_strategy
 
-    out, notes = [], []
+    strategies, notes = [], []
     for name in names:
         strategy = get_strategy(name)
         applies, note = strategy.applies(device)
-        if not applies:
+        if applies:
+            strategies.append((name, strategy))
+        else:
             notes.append(f"strategy {name} skipped on {device}: {note}")
-            continue
-        for task in tasks:
-            out.append(Candidate(task, strategy.generate(task), {"kind": "strategy", "strategy": name}, name))
+    out = [Candidate(task, strategy.generate(task), {"kind": "strategy", "strategy": name}, name)
+           for task in tasks for name, strategy in strategies]
     return out, notes
 
 
