@@ -86,69 +86,106 @@ class ScriptedEvaluator:
     """An evaluator whose verdicts are given in advance (the decision around them is under test);
     each evaluation takes `takes` bytes of a simulated device for good."""
 
-    def __init__(self, task, script: list, made: list, device: dict | None = None, takes: int = 0):
-        self.task, self.script, self.calls, self.device, self.takes = task, script, 0, device, takes
+    def __init__(self, task, script: list, made: list, device: dict, takes: int = 0):
+        self.task, self.script, self.device, self.takes = task, script, device, takes
+        self.config = EvalConfig(device="cpu")
+        self.seen_best: list = []
         made.append(self)
 
     def evaluate(self, source, **kwargs):
-        self.calls += 1
-        if self.device is not None:
-            self.device["free"] -= self.takes
+        self.seen_best.append(self.config.best_known_speedup)
+        self.device["free"] -= self.takes
+        if isinstance(self.script[0], Exception):
+            raise self.script.pop(0)
         return self.script.pop(0)
 
     def close(self):
         pass
 
 
-def test_an_out_of_memory_verdict_beside_another_task_is_replaced_by_the_one_judged_alone():
+def _scripted(script: list, free: int, need: int = 10 * GiB, takes: int = 0):
+    made: list = []
+    device = {"free": free}
+    room = DeviceRoom("cuda:0", free=lambda: device["free"], need=lambda source: need)
+    evaluators = Evaluators(lambda task: ScriptedEvaluator(task, script, made, device, takes), keep=3, room=room)
+    return evaluators, room, made, device
+
+
+def test_an_out_of_memory_verdict_on_a_crowded_device_is_replaced_by_the_one_judged_alone():
     first, second = _task(1), _task(2)
     script = [Verdict(status=RUNTIME_ERROR, reasons=[H200_MESSAGES[0]], elapsed_s=2.0),
               Verdict(status=OK, speedup=1.0, elapsed_s=3.0)]
-    made: list = []
-    device = {"free": 100 * GiB}
-    room = DeviceRoom("cuda:0", free=lambda: device["free"], need=lambda source: 10 * GiB)
-    evaluators = Evaluators(lambda task: ScriptedEvaluator(task, script, made, device, takes=30 * GiB), keep=3,
-                            room=room)
+    # each evaluation takes 95 GiB of 100 for good: after the first, 5 GiB are free, less than the 12 needed
+    evaluators, room, made, _ = _scripted(script, free=100 * GiB, takes=95 * GiB)
     evaluators.get(second)  # another task's reference, still held
     evaluator = evaluators.get(first)
+    evaluator.config.best_known_speedup = 1.7
     verdict = crowding.judge(evaluator, "src", device="cuda:0", evaluators=evaluators, task=first,
                              ahead=Lookahead(evaluators, depth=0))
     assert verdict.status == OK and verdict.attempts == 2 and verdict.elapsed_s == 5.0
     assert verdict.timing["crowded_retry"] == {"beside": 1, "first_status": RUNTIME_ERROR,
                                                "first_reason": H200_MESSAGES[0]}
-    # both held evaluators were closed, and this task's prepared again for the retry
+    # both held evaluators were closed, and this task's prepared again for the retry, with the best
+    # known speedup carried over (the re-measure rule still applies)
     assert [e.task.id for e in made] == [second.id, first.id, first.id]
+    assert made[2].seen_best == [1.7]
     assert evaluators.task_ids() == [first.id]
-    # what the evaluation alone took is the task's need from now on (more than its estimate)
-    assert room.need(first) == 30 * GiB and room.need(second) == 10 * GiB
+    # what the evaluation alone took is the task's need from now on (more than its estimate), and
+    # while the task is held it is kept in reserve for any other task prepared beside it
+    assert room.need(first) == 95 * GiB and room.need(second) == 10 * GiB
+    room._free = lambda: 100 * GiB
+    assert room.fits(second) and not room.fits(second, held=[first.id]) and room.fits(first, held=[first.id])
     evaluators.close()
 
 
-def test_a_failure_that_is_not_out_of_memory_or_not_on_a_gpu_is_not_judged_again():
+def test_a_failure_that_is_not_out_of_memory_not_on_a_gpu_or_on_a_device_with_room_is_not_judged_again():
+    """The words are the candidate's to write: on a device with room the failure stays its own."""
     task, other = _task(1), _task(2)
-    for device, reason in (("cuda:0", "forward raised: ValueError"), ("cpu", H200_MESSAGES[0])):
-        made: list = []
-        script = [Verdict(status=RUNTIME_ERROR, reasons=[reason])]
-        evaluators = Evaluators(lambda t, s=script, m=made: ScriptedEvaluator(t, s, m), keep=3)
+    for device, reason, free in (("cuda:0", "forward raised: ValueError", 1 * GiB), ("cpu", H200_MESSAGES[0], 1 * GiB),
+                                 ("cuda:0", H200_MESSAGES[2], 100 * GiB)):
+        evaluators, _, made, _ = _scripted([Verdict(status=RUNTIME_ERROR, reasons=[reason])], free=100 * GiB)
         evaluators.get(other)
-        verdict = crowding.judge(evaluators.get(task), "src", device=device, evaluators=evaluators, task=task)
+        evaluator = evaluators.get(task)
+        evaluators.room._free = lambda free=free: free
+        verdict = crowding.judge(evaluator, "src", device=device, evaluators=evaluators, task=task)
         assert verdict.attempts == 1 and "crowded_retry" not in verdict.timing
         assert sorted(evaluators.task_ids()) == sorted([task.id, other.id])  # nothing retired
         evaluators.close()
 
 
+def test_a_retry_that_cannot_be_prepared_leaves_the_first_verdict_standing():
+    task, other = _task(1), _task(2)
+    first = Verdict(status=RUNTIME_ERROR, reasons=[H200_MESSAGES[1]])
+    evaluators, _, _, device = _scripted([first, RuntimeError("the reference's side could not start")],
+                                         free=100 * GiB, takes=99 * GiB)
+    evaluators.get(other)
+    verdict = crowding.judge(evaluators.get(task), "src", device="cuda:0", evaluators=evaluators, task=task)
+    assert verdict is first and verdict.attempts == 1
+    assert verdict.timing["crowded_retry"] == {"beside": 1, "failed": "RuntimeError: the reference's side could not start"}
+    evaluators.close()
+
+
 @pytest.mark.timeout(300)
 def test_a_candidate_out_of_memory_on_its_own_keeps_its_verdict_after_one_retry():
-    """Real evaluations (CPU sides; the GPU rule applied by name): a candidate whose forward always
-    raises torch.OutOfMemoryError is judged twice when another task was held, once when alone, and its
-    runtime_error stands either way."""
+    """Real evaluations (CPU sides; the GPU rule applied by name, the device's free memory given): a
+    candidate whose forward always raises torch.OutOfMemoryError is judged twice on a crowded device
+    where another task and a load were held, once when alone, and its runtime_error stands either way;
+    one that only says so in a ValueError on a device with room is judged once."""
     task, other = _task(1), _task(2)
-    evaluators = Evaluators(lambda t: Evaluator(t, _config()), keep=3)
+    device = {"free": 100 * GiB}
+    room = DeviceRoom("cuda:0", free=lambda: device["free"], need=lambda source: 1 * GiB)
+    evaluators = Evaluators(lambda t: Evaluator(t, _config()), keep=3, room=room)
     ahead = Lookahead(evaluators, depth=1)
     try:
         evaluators.get(other)
         ahead.start("next", task, TASK.format(k=1) + SAYS_OUT_OF_MEMORY_IN_A_VALUE_ERROR, [task.id])
-        crowded = crowding.judge(evaluators.get(task), TASK.format(k=1) + RAISES_OUT_OF_MEMORY, device="cuda:0",
+        evaluator = evaluators.get(task)
+        says = crowding.judge(evaluator, TASK.format(k=1) + SAYS_OUT_OF_MEMORY_IN_A_VALUE_ERROR, device="cuda:0",
+                              evaluators=evaluators, task=task, ahead=ahead)
+        assert says.status == RUNTIME_ERROR and "no CUDA out of memory here" in says.reasons[0]
+        assert says.attempts == 1 and "crowded_retry" not in says.timing  # the device had room
+        device["free"] = 2 * GiB  # others hold the rest
+        crowded = crowding.judge(evaluator, TASK.format(k=1) + RAISES_OUT_OF_MEMORY, device="cuda:0",
                                  evaluators=evaluators, task=task, ahead=ahead)
         assert crowded.status == RUNTIME_ERROR and "OutOfMemoryError" in crowded.reasons[0]
         assert crowded.attempts == 2 and crowded.timing["crowded_retry"]["beside"] == 2  # a task and a load

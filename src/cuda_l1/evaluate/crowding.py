@@ -8,26 +8,34 @@ cumsum and loss tasks (two 4 GiB inputs each) ran out of device memory beside th
 for the tasks before them: five verdicts failed in the evaluator and one blamed the candidate,
 whose identical copy of the reference raised `torch.OutOfMemoryError` in its own forward.
 
-So a verdict that names running out of device memory is not taken as it is while anything else
-held the device: the worker drops its loads ahead and every evaluator it holds (this task's too,
+So a verdict that names running out of device memory is not taken as it is when the device was
+crowded by others: the worker drops its loads ahead and every evaluator it holds (this task's too,
 since a side that ran out may be left in any state), prepares the task again and judges the
-candidate once more with the device to itself, noting what that evaluation took of the device as
-the task's need from then on (device_room.DeviceRoom.remember), so that its next candidates are
-not prepared beside too much again. That second verdict stands, whatever it says: a
-candidate that runs out of memory alone is what it is. The retry costs a candidate nothing it could
-steer: it happens at most once, after a full evaluation, and the verdict notes it
-(`timing["crowded_retry"]`).
+candidate once more with the device to itself. What that evaluation took of the device becomes the
+task's need from then on (device_room.DeviceRoom.remember): it is kept in reserve while the task is
+held, so that its next candidates are not judged beside too much again. The second verdict stands,
+whatever it says: a candidate that runs out of memory alone is what it is; a retry that cannot be
+prepared leaves the first verdict standing, with the reason noted.
+
+The words are the candidate's to write (its forward can raise any message), so they are not enough:
+the retry happens only when the parent's own reading of the device, taken after the candidate's
+side has exited, shows less free memory than the task needs, i.e. others held what it lacked. A
+candidate that says it ran out on an uncrowded device keeps its failure. One that says so on a
+crowded device gets one more evaluation, at most once a job, with its best known speedup carried
+over (the re-measure rule applies as before); the verdict notes it (`timing["crowded_retry"]`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from cuda_l1.evaluate.device_room import HEADROOM_BYTES
 from cuda_l1.evaluate.verdict import Verdict
 
 # How PyTorch's caching allocator and the driver say it (torch.OutOfMemoryError's message, its type
 # name in a traceback, cuMemAlloc's status through cudadrv).
 OUT_OF_MEMORY_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUDA_ERROR_OUT_OF_MEMORY")
+DROP_WAIT_S = 60.0  # how long a load ahead under way is waited for; one still loading is stopped when it ends
 
 
 def ran_out_of_device_memory(verdict: Verdict) -> bool:
@@ -42,28 +50,41 @@ def clear_device(evaluators: Any, ahead: Any | None, task_id: str) -> int:
     """Drop what a worker holds on its device: loads ahead first (their threads may be preparing
     tasks), then every held evaluator. Returns how many of them were there beside `task_id`'s own
     evaluator (every load ahead counts: a loaded candidate's side holds its model on the device)."""
-    dropped = ahead.drop_all() if ahead is not None else 0
+    dropped = ahead.drop_all(timeout_s=DROP_WAIT_S) if ahead is not None else 0
     return dropped + sum(1 for held in evaluators.retire_all() if held != task_id)
+
+
+def crowded(room: Any, task: Any) -> bool:
+    """Whether the device has less memory free than `task` needs (the parent's reading; a worker
+    without a device room has no device to be crowded)."""
+    return room is not None and room.free() < room.need(task) + HEADROOM_BYTES
 
 
 def judge(evaluator: Any, source: str, *, device: str, evaluators: Any, task: Any, ahead: Any | None = None,
           **evaluate_kwargs) -> Verdict:
     """`evaluator.evaluate(source, ...)`, judged again alone (see the module's docstring) when it ran
-    out of device memory beside other evaluations."""
+    out of device memory on a device crowded by others."""
     verdict = evaluator.evaluate(source, **evaluate_kwargs)
     if not device.startswith("cuda") or not ran_out_of_device_memory(verdict):
+        return verdict
+    room = evaluators.room
+    if not crowded(room, task):  # room enough now that its side is gone: the failure is the candidate's
         return verdict
     beside = clear_device(evaluators, ahead, task.id)
     if beside <= 0:  # it was alone on the device: the finding stands
         return verdict
     evaluate_kwargs.pop("preloaded", None)  # the load ahead was dropped with the others
-    room = evaluators.room
-    free_alone = room.free() if room is not None else 0
-    again = evaluators.get(task).evaluate(source, **evaluate_kwargs)
+    free_alone = room.free()
+    try:
+        alone = evaluators.get(task)
+        alone.config.best_known_speedup = evaluator.config.best_known_speedup
+        again = alone.evaluate(source, **evaluate_kwargs)
+    except Exception as exc:  # noqa: BLE001 - the task could not be prepared again: the first verdict stands
+        verdict.timing["crowded_retry"] = {"beside": beside, "failed": f"{type(exc).__name__}: {exc}"[:300]}
+        return verdict
     # What is gone now is about what the task's evaluation takes: the reference's side keeps its
     # cached blocks, and the candidate's side has exited (it cannot make its task's need larger).
-    if room is not None:
-        room.remember(task, free_alone - room.free())
+    room.remember(task, free_alone - room.free())
     again.attempts = verdict.attempts + 1
     again.elapsed_s = round(verdict.elapsed_s + again.elapsed_s, 3)
     again.timing["crowded_retry"] = {

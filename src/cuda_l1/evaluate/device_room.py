@@ -14,7 +14,7 @@ in its own turn first retires every held reference that no queued job needs unti
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Callable, Iterable
 
 # What one evaluation of a task holds on the device, in multiples of one call's input and output
 # bytes. Inputs: a round's values as generated and packed, the two sides' input buffers, and the
@@ -72,9 +72,13 @@ class DeviceRoom:
         with self._lock:
             self._seen[task.id] = max(self._seen.get(task.id, 0), int(used))
 
-    def fits(self, task) -> bool:
+    def fits(self, task, held: Iterable[str] = ()) -> bool:
+        """Whether `task` may be prepared now beside the `held` tasks (ids): its need and, in reserve,
+        the largest that an evaluation of a held task was seen to take (remember)."""
         need = self.need(task)
-        return need == 0 or self._free() >= need + HEADROOM_BYTES
+        with self._lock:
+            reserve = max((self._seen.get(i, 0) for i in held if i != task.id), default=0)
+        return (need == 0 and reserve == 0) or self._free() >= need + reserve + HEADROOM_BYTES
 
     def release_cached(self) -> None:
         """Give the parent's cached device blocks back, so that other processes see them free."""

@@ -107,7 +107,7 @@ class Evaluators:
                     break
             self._held[task.id] = _PREPARING
         self._close(retired)
-        if self.room is not None and not self.room.fits(task):
+        if self.room is not None and not self.room.fits(task, self.task_ids()):
             with self._changed:
                 while self._retire_one(busy, retired):
                     pass
@@ -128,7 +128,7 @@ class Evaluators:
         """Whether `task` may be prepared now beside what is held (always, but on a GPU without room)."""
         with self._changed:
             held = task.id in self._held
-        return held or self.room is None or self.room.fits(task)
+        return held or self.room is None or self.room.fits(task, self.task_ids())
 
     def _retire_one(self, busy: set, retired: list) -> bool:
         """Move the least recently used evaluator that no busy task needs to `retired` (lock held)."""

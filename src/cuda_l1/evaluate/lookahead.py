@@ -21,6 +21,7 @@ cannot be stopped) is kept and reported by the job's own evaluation, as without 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Iterable
@@ -71,6 +72,8 @@ class Lookahead:
         self._threads = (ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="cuda-l1-load")
                          if self.depth else None)
         self._jobs: dict[Any, Future] = {}
+        self._given_up: list[Future] = []  # loads `take` stopped waiting for, maybe still running
+        self._lock = threading.Lock()
 
     def start(self, key, task, source: str, busy: Iterable[str]) -> None:
         """Begin loading `source` for `task` on a helper thread (once per key)."""
@@ -97,6 +100,8 @@ class Lookahead:
         try:
             return future.result(timeout=timeout_s)
         except FutureTimeout:  # judged without it; what the load leaves is stopped when it ends
+            with self._lock:
+                self._given_up.append(future)
             future.add_done_callback(lambda f: f.result()[1] is not None and f.result()[1].discard())
             return None, None, None
 
@@ -104,15 +109,18 @@ class Lookahead:
         """Keys of the jobs loading or loaded here, not yet taken."""
         return set(self._jobs)
 
-    def drop_all(self) -> int:
-        """Wait for the loads under way and stop the sides they left (their jobs are judged without
-        them, or loaded again later); how many there were."""
+    def drop_all(self, timeout_s: float | None = None) -> int:
+        """Wait for the loads under way (up to `timeout_s` each; one still loading then is stopped
+        when it ends, as in `take`) and stop the sides they left; their jobs are judged without them,
+        or loaded again later. How many there were, loads given up earlier and still running included."""
         keys = list(self._jobs)
         for key in keys:
-            _, preloaded, _ = self.take(key)
+            _, preloaded, _ = self.take(key, timeout_s)
             if preloaded is not None:
                 preloaded.discard()
-        return len(keys)
+        with self._lock:
+            self._given_up = [f for f in self._given_up if not f.done()]
+            return len(keys) + len(self._given_up)
 
     def close(self) -> None:
         """Wait for the loads under way, stop the sides they left, end the threads."""
