@@ -6,7 +6,7 @@ torch.compile spends about 3 s importing Dynamo and Inductor in its own side (3.
 host). This script imports them as the server would, then forks a child that runs CUDA work and a
 torch.compile'd function, and prints one JSON line:
 
-    python benchmarks/fork_compiler_import.py
+    python benchmarks/fork_compiler_import.py [--modules torch._dynamo,torch._inductor.compile_fx]
 
 `fork_safe` true (threads 1, CUDA not initialised, the child's device work and compile done) is what
 moving the import into the fork server needs.
@@ -14,6 +14,8 @@ moving the import into the fork server needs.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import threading
@@ -21,15 +23,18 @@ import time
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", default="torch._dynamo,torch._inductor.compile_fx",
+                        help="comma-separated modules the server would import after torch")
+    modules = [m for m in parser.parse_args().modules.split(",") if m]
     start = time.perf_counter()
     import torch
 
     imported_torch = time.perf_counter()
-    import torch._dynamo  # noqa: F401
-    import torch._inductor.compile_fx  # noqa: F401
-
+    for name in modules:
+        importlib.import_module(name)
     imported = time.perf_counter()
-    result = {"import_torch_s": round(imported_torch - start, 2), "import_compiler_s": round(imported - imported_torch, 2),
+    result = {"modules": modules, "import_torch_s": round(imported_torch - start, 2), "import_compiler_s": round(imported - imported_torch, 2),
               "python_threads": threading.active_count(), "os_threads": len(os.listdir("/proc/self/task")),
               "torch_cuda_initialized": torch.cuda.is_initialized()}
     read, write = os.pipe()

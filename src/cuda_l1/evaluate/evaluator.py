@@ -197,6 +197,8 @@ class Evaluator:
         verdict.reasons, verdict.log = [clean_text(r) for r in referee.reasons], clean_text(log)
         verdict.sandbox = dict(cand.notes)
         verdict.sandbox["started"] = "forked" if isinstance(cand.proc, ForkedProcess) else "fresh interpreter"
+        if isinstance(cand.proc, ForkedProcess) and cand.proc.server.preloaded:
+            verdict.sandbox["preloaded"] = ", ".join(cand.proc.server.preloaded)
         verdict.sandbox["memory"] = {"limit_bytes": cand.memory_limit, "peak_bytes": cand.peak_memory,
                                      "reference_peak_bytes": env.reference_peak}
         if referee.builds:

@@ -1,36 +1,34 @@
 """Sides started by forking a process that has already imported torch (SandboxConfig.fork_server, on by
-default: a side is ready in 0.07 s instead of 2.4 s on a 2-core CPU host, 0.5 s instead of 5 s on
-an H200).
+default: a side is ready in 0.07 s instead of 2.4 s on a 2-core CPU host, 0.5 s instead of 5 s on an H200).
 
-A side started as a fresh interpreter spends most of its start importing torch (about 3 s on a
-2-core CPU host, more than half of a GPU side's start on the H200), and a worker with loads ahead
-starts sides faster than that. The fork server is one trusted process per worker: it imports torch
-and the harness once, without creating any thread and without touching a GPU, and forks a side for
-each request. The forked child is single-threaded (fork copies the calling thread only), so it
-confines itself exactly as a fresh side does (child.main: its cgroup, namespaces, Landlock,
-seccomp, identity, limits) before it creates the device context or sees any candidate code.
+A fresh interpreter spends most of a side's start importing torch, and a worker with loads ahead starts
+sides faster than that. The fork server is one trusted process per worker: it imports torch and the
+harness once, without creating any thread and without touching a GPU, and forks a side for each
+request. The forked child is single-threaded (fork copies the calling thread only), so it confines
+itself exactly as a fresh side does (child.main: its cgroup, namespaces, Landlock, seccomp, identity,
+limits) before it creates the device context or sees any candidate code.
 
-What a side inherits from the server is the server's memory: torch's modules and the requests it
-was sent, which hold nothing secret (scrubbed environments, confinement plans; a side's channel key
-is written by the parent straight into the side's own pipe, never sent here). The side's variables
-are set after the fork; /proc/PID/environ still shows the block the server started with, which is
-scrubbed as well. The server's own
-socket is closed in the child before anything else; every other descriptor but the side's pipes,
-input buffer and log is closed too.
+A side inherits the server's memory: torch's modules and the requests it was sent, which hold nothing
+secret (scrubbed environments, confinement plans; a side's channel key is written by the parent
+straight into the side's own pipe, never sent here). The side's variables are set after the fork;
+/proc/PID/environ still shows the server's block, which is scrubbed as well. The server's socket is
+closed in the child first; every other descriptor but the side's pipes, input buffer and log too.
 
-Exit statuses: the server is the sides' parent. It reports each side's exit (without reaping it,
-so the pid cannot be reused while the parent may still signal it) and reaps it when the parent
-releases it (`ForkedProcess.release`). `ForkedProcess` offers what sandbox.SideProcess uses of a
-subprocess.Popen: pid, poll, wait, returncode.
+Exit statuses: the server is the sides' parent. It reports each side's exit (without reaping it, so
+the pid cannot be reused while the parent may still signal it) and reaps it when the parent releases
+it (`ForkedProcess.release`). `ForkedProcess` offers what sandbox.SideProcess uses of a Popen.
 
-The server runs as `python -m cuda_l1.evaluate.fork_server FD` under a scrubbed environment; it dies
-with the thread that started it (a thread of the ForkServer's own, living as long as it does).
+The server runs as `python -m cuda_l1.evaluate.fork_server FD [MODULES]` under a scrubbed environment;
+it dies with the thread that started it (a thread of the ForkServer's own, living as long as it does).
+MODULES (comma-separated: torch.compile's) are imported before it says it is ready, and checked as
+fork_preload.py says; a server whose preload is unsafe exits, and its replacement has none.
 """
 
 from __future__ import annotations
 
 import array
 import atexit
+import contextlib
 import ctypes
 import json
 import os
@@ -43,11 +41,13 @@ import tempfile
 import threading
 
 from cuda_l1.evaluate.environment import scrubbed_env
+from cuda_l1.evaluate.fork_preload import COMPILER_MODULES, preload
 
 MAX_MESSAGE = 1 << 20  # a request (environment and plan) or a report, as JSON
 READY_TIMEOUT_S = 120.0  # the server's own start (it imports torch)
 SPAWN_TIMEOUT_S = 30.0  # one fork (milliseconds when well)
 SIDE_NAME = b"cuda-l1-side"  # a forked side's process name (/proc/PID/comm)
+_preload_refused = ""  # why a server's preload was unsafe in this process: later servers have none
 
 
 # -- the parent's side ---------------------------------------------------------------------------------
@@ -83,7 +83,9 @@ class ForkServer:
     """One server process; `spawn` forks a side from it. Thread-safe: requests carry ids, and a
     request left unanswered ends the server (a late fork could not be told apart from the next)."""
 
-    def __init__(self):
+    def __init__(self, preload: tuple[str, ...] = COMPILER_MODULES):
+        self.preload = () if _preload_refused else preload
+        self.preloaded: tuple[str, ...] = ()  # what the server imported beyond the harness, once ready
         self._send_lock = threading.Lock()  # a message is sent whole, one at a time
         self._changed = threading.Condition()
         self._exits: dict[int, int] = {}  # pid -> returncode (Popen's convention)
@@ -103,7 +105,7 @@ class ForkServer:
     def _run(self, theirs: socket.socket) -> None:
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", "cuda_l1.evaluate.fork_server", str(theirs.fileno())],
+                [sys.executable, "-u", "-m", "cuda_l1.evaluate.fork_server", str(theirs.fileno()), ",".join(self.preload)],
                 cwd=self._scratch, env=scrubbed_env(self._scratch), stdin=subprocess.DEVNULL, stdout=self._log,
                 stderr=self._log, pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -119,7 +121,10 @@ class ForkServer:
                 message = json.loads(data)
                 with self._changed:
                     if message["op"] == "ready":
+                        self.preloaded = tuple(message.get("preloaded", ()))
                         self._ready.set()
+                    elif message["op"] == "preload_refused":
+                        _refuse_preload(str(message["why"]))
                     elif message["op"] == "spawned":
                         self._replies[int(message["id"])] = message
                     elif message["op"] == "exited":
@@ -201,10 +206,8 @@ class ForkServer:
             return ""
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)  # the server reads end-of-file and exits
-        except OSError:
-            pass
         if self._proc is not None:
             try:
                 self._proc.wait(timeout=10)
@@ -212,10 +215,8 @@ class ForkServer:
                 self._proc.kill()
         self._sock.close()
         for remove in (lambda: os.unlink(self._log.name), lambda: os.rmdir(self._scratch)):
-            try:
+            with contextlib.suppress(OSError):
                 remove()
-            except OSError:
-                pass
 
 
 def launch(cmd: list[str], fork: bool, device: str, plan_json: str, read_fd: int, write_fd: int,
@@ -230,6 +231,11 @@ def launch(cmd: list[str], fork: bool, device: str, plan_json: str, read_fd: int
     passed = tuple(fd for fd in (read_fd, write_fd, inputs_fd) if fd >= 0)
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
                             pass_fds=passed, start_new_session=True, close_fds=True)
+
+
+def _refuse_preload(why: str) -> None:
+    global _preload_refused
+    _preload_refused = why or "refused"
 
 
 _SHARED: ForkServer | None = None
@@ -277,10 +283,8 @@ def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             if fd not in keep:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         for fd in (read_fd, write_fd, inputs_fd):
             if fd >= 0:
                 os.set_inheritable(fd, True)
@@ -312,7 +316,7 @@ def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
             os._exit(code)
 
 
-def serve(sock: socket.socket) -> None:
+def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
     from cuda_l1.evaluate.confine import die_with_parent
 
     die_with_parent()
@@ -328,13 +332,18 @@ def serve(sock: socket.socket) -> None:
         print("cuda-l1 fork server: a Python thread runs beside the server; nothing is forked",
               file=sys.stderr, flush=True)
         os._exit(2)
+    why = preload(modules) if modules else ""
+    if why:  # what was imported cannot be taken back: this server forks nothing
+        print(f"cuda-l1 fork server: preload refused: {why}", file=sys.stderr, flush=True)
+        sock.send(json.dumps({"op": "preload_refused", "why": why}).encode())
+        os._exit(3)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     live: set[int] = set()  # forked, not yet reported as exited
     released: set[int] = set()  # the parent is done with them: reap on exit
-    sock.send(json.dumps({"op": "ready"}).encode())
+    sock.send(json.dumps({"op": "ready", "preloaded": list(modules)}).encode())
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in ready:
@@ -368,10 +377,8 @@ def serve(sock: socket.socket) -> None:
             if pid in live:
                 released.add(pid)  # still running: reaped when it exits
             else:
-                try:
+                with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
             continue
         try:
             pid = os.fork()
@@ -389,4 +396,4 @@ def serve(sock: socket.socket) -> None:
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    serve(socket.socket(fileno=int(sys.argv[1])), tuple(m for m in (sys.argv[2:3] or [""])[0].split(",") if m))

@@ -1,0 +1,112 @@
+"""torch.compile's modules imported once in the fork server (fork_preload.py): the sides have them
+without importing, still compile into their own scratch, and a preload that would make forking unsafe
+is refused, with the next server starting without one."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda_l1.evaluate import fork_server
+from cuda_l1.evaluate.fork_preload import COMPILER_MODULES, preload
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="forks and reads /proc (Linux)")
+
+
+@pytest.fixture
+def fresh_preload(monkeypatch):
+    """Whatever an earlier server refused in this process, these tests start from no refusal."""
+    monkeypatch.setattr(fork_server, "_preload_refused", "")
+
+
+def test_the_server_imports_torch_compiles_modules_before_it_is_ready(fresh_preload):
+    server = fork_server.ForkServer()
+    try:
+        assert server.usable(), server.log_tail()
+        assert server.preloaded == COMPILER_MODULES
+    finally:
+        server.close()
+
+
+def test_a_preload_that_starts_a_thread_is_refused_and_the_next_server_has_none(fresh_preload, tmp_path,
+                                                                                   monkeypatch):
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + sys.path))
+    refused = fork_server.ForkServer(preload=("starts_a_thread",))
+    try:
+        assert not refused.usable()  # it forks nothing
+        assert "Python thread" in fork_server._preload_refused
+        assert "preload refused" in refused.log_tail()
+    finally:
+        refused.close()
+    replacement = fork_server.ForkServer()
+    try:
+        assert replacement.usable(), replacement.log_tail()
+        assert replacement.preload == () and replacement.preloaded == ()
+    finally:
+        replacement.close()
+
+
+def test_a_module_that_cannot_be_imported_is_a_reason_not_an_exception():
+    assert preload(("cuda_l1_no_such_module",)).startswith("importing cuda_l1_no_such_module failed")
+
+
+TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+# A forked side has torch.compile's modules before it imports them, and compiles into its own scratch:
+# inductor reads its cache directory from the side's environment when it compiles, not at import.
+COMPILES_IN_ITS_SCRATCH = """
+import os, sys
+
+
+class ModelNew(Model):
+    def __init__(self):
+        super().__init__()
+        assert "torch._inductor" in sys.modules, "not preloaded"
+        cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        assert os.path.realpath(cache).startswith(os.path.realpath(os.getcwd())), (cache, os.getcwd())
+        doubled = torch.compile(lambda v: v * 2.0)(torch.ones(8))
+        assert float(doubled.sum()) == 16.0
+        assert os.listdir(cache), "inductor wrote nothing into the side's cache directory"
+"""
+
+
+def test_a_torch_compile_candidate_in_a_forked_side_compiles_into_its_own_scratch(fresh_preload):
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import Evaluator
+    from cuda_l1.tasks import make_task
+
+    timing = TimingConfig.quick()
+    timing.enabled = False
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=1, prewarm=False)
+    evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), config)
+    try:
+        verdict = evaluator.evaluate(TASK + COMPILES_IN_ITS_SCRATCH)
+        assert verdict.status == "ok", (verdict.reasons, verdict.log[-3000:])
+        assert verdict.sandbox["started"] == "forked"
+        assert verdict.sandbox["preloaded"] == ", ".join(COMPILER_MODULES)
+        server = fork_server.shared()
+        # The server's import makes its own (empty) cache directory; a side writes only into its own.
+        assert not list(Path(server._scratch).rglob("*.*")), "a side compiled into the server's scratch"
+    finally:
+        evaluator.close()
