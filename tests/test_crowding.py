@@ -13,24 +13,10 @@ from cuda_l1.evaluate.jobs import Evaluators
 from cuda_l1.evaluate.lookahead import Lookahead
 from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, Check, Verdict
 from cuda_l1.tasks import make_task
+from task_sources import one_line_task
 
-TASK = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) + {k}.0
-
-
-def get_inputs():
-    return [torch.randn(64, 64)]
-
-
-def get_init_inputs():
-    return []
-'''
+def relu_plus(k: int) -> str:
+    return one_line_task(f"torch.relu(x) + {k}.0", "64, 64")
 
 # What torch says when the caching allocator cannot serve a request (its message as on the H200).
 RAISES_OUT_OF_MEMORY = '''
@@ -59,7 +45,7 @@ H200_MESSAGES = [
 
 
 def _task(k: int = 1):
-    return make_task(TASK.format(k=k), name=f"{k}_relu", level=1, origin=f"test:relu{k}")
+    return make_task(relu_plus(k), name=f"{k}_relu", level=1, origin=f"test:relu{k}")
 
 
 def _config() -> EvalConfig:
@@ -178,19 +164,19 @@ def test_a_candidate_out_of_memory_on_its_own_keeps_its_verdict_after_one_retry(
     ahead = Lookahead(evaluators, depth=1)
     try:
         evaluators.get(other)
-        ahead.start("next", task, TASK.format(k=1) + SAYS_OUT_OF_MEMORY_IN_A_VALUE_ERROR, [task.id])
+        ahead.start("next", task, relu_plus(1) + SAYS_OUT_OF_MEMORY_IN_A_VALUE_ERROR, [task.id])
         evaluator = evaluators.get(task)
-        says = crowding.judge(evaluator, TASK.format(k=1) + SAYS_OUT_OF_MEMORY_IN_A_VALUE_ERROR, device="cuda:0",
+        says = crowding.judge(evaluator, relu_plus(1) + SAYS_OUT_OF_MEMORY_IN_A_VALUE_ERROR, device="cuda:0",
                               evaluators=evaluators, task=task, ahead=ahead)
         assert says.status == RUNTIME_ERROR and "no CUDA out of memory here" in says.reasons[0]
         assert says.attempts == 1 and "crowded_retry" not in says.timing  # the device had room
         device["free"] = 2 * GiB  # others hold the rest
-        crowded = crowding.judge(evaluator, TASK.format(k=1) + RAISES_OUT_OF_MEMORY, device="cuda:0",
+        crowded = crowding.judge(evaluator, relu_plus(1) + RAISES_OUT_OF_MEMORY, device="cuda:0",
                                  evaluators=evaluators, task=task, ahead=ahead)
         assert crowded.status == RUNTIME_ERROR and "OutOfMemoryError" in crowded.reasons[0]
         assert crowded.attempts == 2 and crowded.timing["crowded_retry"]["beside"] == 2  # a task and a load
         assert ahead.started() == set() and evaluators.task_ids() == [task.id]
-        alone = crowding.judge(evaluators.get(task), TASK.format(k=1) + RAISES_OUT_OF_MEMORY, device="cuda:0",
+        alone = crowding.judge(evaluators.get(task), relu_plus(1) + RAISES_OUT_OF_MEMORY, device="cuda:0",
                                evaluators=evaluators, task=task, ahead=ahead)
         assert alone.status == RUNTIME_ERROR and alone.attempts == 1 and "crowded_retry" not in alone.timing
     finally:

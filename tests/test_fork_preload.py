@@ -12,6 +12,7 @@ import pytest
 
 from cuda_l1.evaluate import fork_server
 from cuda_l1.evaluate.fork_preload import COMPILER_MODULES, preload
+from task_sources import one_line_task, untimed_cpu_config
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="forks and reads /proc (Linux)")
 
@@ -55,23 +56,7 @@ def test_a_module_that_cannot_be_imported_is_a_reason_not_an_exception():
     assert preload(("cuda_l1_no_such_module",)).startswith("importing cuda_l1_no_such_module failed")
 
 
-TASK = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 2.0
-
-
-def get_inputs():
-    return [torch.randn(64)]
-
-
-def get_init_inputs():
-    return []
-"""
+TASK = one_line_task("x * 2.0")
 
 # A forked side has torch.compile's modules before it imports them, and compiles into its own scratch:
 # inductor reads its cache directory from the side's environment when it compiles, not at import.
@@ -92,14 +77,10 @@ class ModelNew(Model):
 
 
 def test_a_torch_compile_candidate_in_a_forked_side_compiles_into_its_own_scratch(fresh_preload):
-    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
     from cuda_l1.evaluate.evaluator import Evaluator
     from cuda_l1.tasks import make_task
 
-    timing = TimingConfig.quick()
-    timing.enabled = False
-    config = EvalConfig(device="cpu", timing=timing, correctness_trials=1, prewarm=False)
-    evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), config)
+    evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), untimed_cpu_config())
     try:
         verdict = evaluator.evaluate(TASK + COMPILES_IN_ITS_SCRATCH)
         assert verdict.status == "ok", (verdict.reasons, verdict.log[-3000:])

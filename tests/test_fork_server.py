@@ -15,6 +15,7 @@ import pytest
 from cuda_l1.evaluate import fork_server
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.sandbox import SideProcess
+from task_sources import one_line_task, untimed_cpu_config
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="forks and reads /proc (Linux)")
 
@@ -139,23 +140,7 @@ def test_a_server_that_stops_answering_is_ended_and_replaced(monkeypatch):
         server.close()
 
 
-TASK = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 2.0
-
-
-def get_inputs():
-    return [torch.randn(64)]
-
-
-def get_init_inputs():
-    return []
-"""
+TASK = one_line_task("x * 2.0")
 
 # What a fresh interpreter in its own directory has, a forked side must have too: temp files go to
 # its TMPDIR (its scratch), and its directory, not the server's, leads the import path.
@@ -176,15 +161,10 @@ class ModelNew(Model):
 
 @pytest.mark.parametrize("fork", [True, False])
 def test_a_side_has_its_own_temp_directory_and_import_path(fork):
-    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
     from cuda_l1.evaluate.evaluator import Evaluator
     from cuda_l1.tasks import make_task
 
-    timing = TimingConfig.quick()
-    timing.enabled = False
-    config = EvalConfig(device="cpu", timing=timing, correctness_trials=1, prewarm=False)
-    config.sandbox.fork_server = fork
-    evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), config)
+    evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), untimed_cpu_config(fork))
     try:
         verdict = evaluator.evaluate(TASK + LIKE_A_FRESH_SIDE)
         assert verdict.status == "ok", (verdict.reasons, verdict.log[-2000:])

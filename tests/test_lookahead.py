@@ -23,26 +23,11 @@ from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.side_supply import SideSupply
 from cuda_l1.evaluate.verdict import INCORRECT, OK, REJECTED, RUNTIME_ERROR, TIMEOUT
 from cuda_l1.tasks import make_task
+from task_sources import one_line_task
 
 LINUX = Path("/proc/self/stat").exists()
 
-TASK = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.tanh(x) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(128, 128)]
-
-
-def get_init_inputs():
-    return []
-'''
+TASK = one_line_task("torch.tanh(x) * 2.0", "128, 128")
 
 MODEL_NEW = '''
 
