@@ -45,14 +45,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--source", default="builtin", help="task source (builtin or a KernelBench directory)")
-    parser.add_argument("--task", default="", help="task id (default: the source's first level-1 task)")
+    parser.add_argument("--task", default="", help="level-1 task: its name or L1/NAME (default: the source's first)")
     parser.add_argument("--repeats", type=int, default=3, help="verdicts per server kind")
     parser.add_argument("--out", default="", help="also write the JSON here")
     args = parser.parse_args()
     tasks = load_tasks(args.source, levels={1})
-    task = next((t for t in tasks if t.id == args.task or t.name == args.task), tasks[0])
+    named = [t for t in tasks if args.task in (t.id, t.name, f"L{t.level}/{t.name}")]
+    if args.task and not named:
+        raise SystemExit(f"preload_effect.py: no level-1 task {args.task!r} in {args.source}")
+    task = named[0] if named else tasks[0]
     source = get_strategy("compile").generate(task)
-    result = {"task": task.id, "device": args.device, "environment": environment()}
+    result = {"task": f"L{task.level}/{task.name}", "device": args.device, "environment": environment()}
     for kind, refused in (("preloaded", ""), ("not_preloaded", "turned off to compare")):
         fork_server._preload_refused = refused
         if fork_server._SHARED is not None:  # a server of the other kind: end it, the next one starts fresh
