@@ -18,6 +18,8 @@
 #               resume from it: unpack it into runs/audit and carry it to the next run)
 #   compile-time  the `load_inline` build: cold with the precompiled headers building, cold source with
 #               them ready, cached (compile_time.py, no stock build)
+#   preload     what importing torch.compile's modules in the fork server saves a compile candidate
+#               (preload_effect.py on PRELOAD_TASK of .data/KernelBench, 3 verdicts with and without)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
@@ -79,6 +81,9 @@ for s in "${steps[@]}"; do
     audit) step audit "${AUDIT_S:-400}" "$py" -m cuda_l1 audit "${AUDIT_SOLUTIONS:-.data/cuda-l1/h100.jsonl}" \
         --out runs/audit --device cuda
       tar czf "$out/audit-run.tgz" runs/audit ;;
+    preload) step preload "${PRELOAD_S:-300}" "$py" benchmarks/preload_effect.py --device cuda \
+        --source .data/KernelBench/KernelBench --task "${PRELOAD_TASK:-L1/1_Square_matrix_multiplication_}" \
+        --out "$out/preload-effect.json" ;;
     kb-bench) # a resumed run (its store carried in) has had its noise check: no second one per call
       resumed=""; [ -s runs/kb/calibration.json ] && resumed="--no-calibrate"
       step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
