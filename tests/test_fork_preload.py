@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_l1.evaluate import fork_server
+from cuda_l1.evaluate import fork_preload, fork_server
 from cuda_l1.evaluate.fork_preload import COMPILER_MODULES, preload
 from task_sources import one_line_task, untimed_cpu_config
 
@@ -32,16 +32,36 @@ def test_the_server_imports_torch_compiles_modules_before_it_is_ready(fresh_prel
         server.close()
 
 
-def test_a_preload_that_starts_a_thread_is_refused_and_the_next_server_has_none(fresh_preload, tmp_path,
-                                                                                   monkeypatch):
-    (tmp_path / "starts_a_thread.py").write_text(
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+def test_the_server_leaves_nothing_behind_but_an_empty_cache_directory_while_it_lives(fresh_preload):
+    server = fork_server.ForkServer()
+    try:
+        assert server.usable(), server.log_tail()
+        assert [(p.name, list(p.iterdir())) for p in Path(server._scratch).iterdir()] == [("inductor", [])]
+    finally:
+        server.close()
+    assert not Path(server._scratch).exists()
+
+
+UNSAFE_PRELOADS = {
+    "a_python_thread": "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
+    # threading.active_count() does not see it; the thread ids do
+    "a_bare_thread": "import _thread, time\n_thread.start_new_thread(time.sleep, (60,))\n",
+    # the server dies before it says anything: refused all the same
+    "an_exit": "import os\nos._exit(7)\n",
+}
+
+
+@pytest.mark.parametrize("module", sorted(UNSAFE_PRELOADS))
+def test_an_unsafe_preload_is_refused_and_the_next_server_has_none(fresh_preload, tmp_path, monkeypatch, module):
+    (tmp_path / f"{module}.py").write_text(UNSAFE_PRELOADS[module])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + sys.path))
-    refused = fork_server.ForkServer(preload=("starts_a_thread",))
+    refused = fork_server.ForkServer(preload=(module,))
     try:
         assert not refused.usable()  # it forks nothing
-        assert "Python thread" in fork_server._preload_refused
-        assert "preload refused" in refused.log_tail()
+        assert fork_server._preload_refused
+        if module != "an_exit":
+            assert "started a thread" in fork_server._preload_refused
+            assert "preload refused" in refused.log_tail()
     finally:
         refused.close()
     replacement = fork_server.ForkServer()
@@ -56,6 +76,17 @@ def test_a_module_that_cannot_be_imported_is_a_reason_not_an_exception():
     assert preload(("cuda_l1_no_such_module",)).startswith("importing cuda_l1_no_such_module failed")
 
 
+def test_a_preload_that_initialises_the_driver_is_refused_before_any_fork(monkeypatch):
+    """What initialising CUDA leaves (an open /dev/nvidiactl, the driver library mapped) is enough:
+    torch's own bad-fork flag only knows about torch's initialisations."""
+    traces = iter([set(), {"/dev/nvidiactl"}, {"/dev/nvidiactl"}])
+    monkeypatch.setattr(fork_preload, "driver_traces", lambda: next(traces))
+    monkeypatch.setattr(fork_preload, "thread_ids", lambda: {"1"})
+    monkeypatch.setattr(fork_preload.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(fork_preload, "_probe_fork", lambda: pytest.fail("forked after the driver was seen"))
+    assert "initialised the CUDA driver (/dev/nvidiactl)" in preload(())
+
+
 TASK = one_line_task("x * 2.0")
 
 # A forked side has torch.compile's modules before it imports them, and compiles into its own scratch:
@@ -68,6 +99,8 @@ class ModelNew(Model):
     def __init__(self):
         super().__init__()
         assert "torch._inductor" in sys.modules, "not preloaded"
+        debug = torch._dynamo.config.debug_dir_root  # fixed at import: worked out again in the side
+        assert os.path.realpath(debug).startswith(os.path.realpath(os.getcwd())), (debug, os.getcwd())
         cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
         assert os.path.realpath(cache).startswith(os.path.realpath(os.getcwd())), (cache, os.getcwd())
         doubled = torch.compile(lambda v: v * 2.0)(torch.ones(8))
@@ -88,6 +121,6 @@ def test_a_torch_compile_candidate_in_a_forked_side_compiles_into_its_own_scratc
         assert verdict.sandbox["preloaded"] == ", ".join(COMPILER_MODULES)
         server = fork_server.shared()
         # The server's import makes its own (empty) cache directory; a side writes only into its own.
-        assert not list(Path(server._scratch).rglob("*.*")), "a side compiled into the server's scratch"
+        assert [p.name for p in Path(server._scratch).rglob("*")] == ["inductor"], "a side wrote there"
     finally:
         evaluator.close()

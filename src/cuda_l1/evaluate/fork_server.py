@@ -1,12 +1,10 @@
 """Sides started by forking a process that has already imported torch (SandboxConfig.fork_server, on by
 default: a side is ready in 0.07 s instead of 2.4 s on a 2-core CPU host, 0.5 s instead of 5 s on an H200).
 
-A fresh interpreter spends most of a side's start importing torch, and a worker with loads ahead starts
-sides faster than that. The fork server is one trusted process per worker: it imports torch and the
-harness once, without creating any thread and without touching a GPU, and forks a side for each
-request. The forked child is single-threaded (fork copies the calling thread only), so it confines
-itself exactly as a fresh side does (child.main: its cgroup, namespaces, Landlock, seccomp, identity,
-limits) before it creates the device context or sees any candidate code.
+A fresh side spends most of its start importing torch. The fork server is one trusted process per
+worker: it imports torch and the harness once, creating no thread and touching no GPU, and forks a
+side per request. The child is single-threaded (fork copies the calling thread only), so it confines
+itself exactly as a fresh side does (child.main) before any device context or candidate code.
 
 A side inherits the server's memory: torch's modules and the requests it was sent, which hold nothing
 secret (scrubbed environments, confinement plans; a side's channel key is written by the parent
@@ -14,14 +12,12 @@ straight into the side's own pipe, never sent here). The side's variables are se
 /proc/PID/environ still shows the server's block, which is scrubbed as well. The server's socket is
 closed in the child first; every other descriptor but the side's pipes, input buffer and log too.
 
-Exit statuses: the server is the sides' parent. It reports each side's exit (without reaping it, so
-the pid cannot be reused while the parent may still signal it) and reaps it when the parent releases
-it (`ForkedProcess.release`). `ForkedProcess` offers what sandbox.SideProcess uses of a Popen.
+The server is the sides' parent: it reports each side's exit without reaping it (the pid stays the
+parent's to signal) and reaps it when the parent releases it (`ForkedProcess.release`).
 
-The server runs as `python -m cuda_l1.evaluate.fork_server FD [MODULES]` under a scrubbed environment;
-it dies with the thread that started it (a thread of the ForkServer's own, living as long as it does).
-MODULES (comma-separated: torch.compile's) are imported before it says it is ready, and checked as
-fork_preload.py says; a server whose preload is unsafe exits, and its replacement has none.
+It runs as `python -m cuda_l1.evaluate.fork_server FD [MODULES]` under a scrubbed environment and dies
+with the thread that started it. MODULES (torch.compile's) are imported before it is ready, and
+checked as fork_preload.py says: a server whose preload is unsafe exits; its replacement has none.
 """
 
 from __future__ import annotations
@@ -30,9 +26,11 @@ import array
 import atexit
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,7 +39,7 @@ import tempfile
 import threading
 
 from cuda_l1.evaluate.environment import scrubbed_env
-from cuda_l1.evaluate.fork_preload import COMPILER_MODULES, preload
+from cuda_l1.evaluate import fork_preload
 
 MAX_MESSAGE = 1 << 20  # a request (environment and plan) or a report, as JSON
 READY_TIMEOUT_S = 120.0  # the server's own start (it imports torch)
@@ -83,7 +81,7 @@ class ForkServer:
     """One server process; `spawn` forks a side from it. Thread-safe: requests carry ids, and a
     request left unanswered ends the server (a late fork could not be told apart from the next)."""
 
-    def __init__(self, preload: tuple[str, ...] = COMPILER_MODULES):
+    def __init__(self, preload: tuple[str, ...] = fork_preload.COMPILER_MODULES):
         self.preload = () if _preload_refused else preload
         self.preloaded: tuple[str, ...] = ()  # what the server imported beyond the harness, once ready
         self._send_lock = threading.Lock()  # a message is sent whole, one at a time
@@ -136,7 +134,10 @@ class ForkServer:
         self._fail("the fork server exited: " + self.log_tail()[-500:])
 
     def _fail(self, why: str) -> None:
-        """Never use the server again, and end it: a server declared gone must not fork later."""
+        """Never use the server again, and end it: a server declared gone must not fork later. One
+        that preloaded and never said it was ready (it died or hung there) refuses the preload."""
+        if self.preload and not self._ready.is_set():
+            _refuse_preload(why or "the server never said it was ready")
         with self._changed:
             self._dead = self._dead or why or "the fork server is gone"
             self._ready.set()
@@ -199,11 +200,9 @@ class ForkServer:
             self._exits.pop(pid, None)
 
     def log_tail(self) -> str:
-        try:
-            with open(self._log.name, "rb") as fh:
-                return fh.read()[-4000:].decode("utf-8", errors="replace")
-        except OSError:
-            return ""
+        with contextlib.suppress(OSError), open(self._log.name, "rb") as fh:
+            return fh.read()[-4000:].decode("utf-8", errors="replace")
+        return ""
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -214,9 +213,9 @@ class ForkServer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._sock.close()
-        for remove in (lambda: os.unlink(self._log.name), lambda: os.rmdir(self._scratch)):
-            with contextlib.suppress(OSError):
-                remove()
+        with contextlib.suppress(OSError):
+            os.unlink(self._log.name)
+        shutil.rmtree(self._scratch, ignore_errors=True)  # the preload's import made a directory there
 
 
 def launch(cmd: list[str], fork: bool, device: str, plan_json: str, read_fd: int, write_fd: int,
@@ -297,6 +296,7 @@ def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
         # import made tempfile settle on the server's).
         sys.path[:] = [request["cwd"] if p in (server_dir, "") else p for p in sys.path]
         tempfile.tempdir = None
+        fork_preload.into_side()
         from cuda_l1.evaluate import child
 
         child.main(["--read-fd", str(read_fd), "--write-fd", str(write_fd), "--inputs-fd", str(inputs_fd),
@@ -332,7 +332,7 @@ def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
         print("cuda-l1 fork server: a Python thread runs beside the server; nothing is forked",
               file=sys.stderr, flush=True)
         os._exit(2)
-    why = preload(modules) if modules else ""
+    why = fork_preload.preload(modules) if modules else ""
     if why:  # what was imported cannot be taken back: this server forks nothing
         print(f"cuda-l1 fork server: preload refused: {why}", file=sys.stderr, flush=True)
         sock.send(json.dumps({"op": "preload_refused", "why": why}).encode())
@@ -343,6 +343,7 @@ def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     live: set[int] = set()  # forked, not yet reported as exited
     released: set[int] = set()  # the parent is done with them: reap on exit
+    gc.freeze()  # what the server holds stays shared: a side's collections do not copy its pages
     sock.send(json.dumps({"op": "ready", "preloaded": list(modules)}).encode())
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
