@@ -51,7 +51,7 @@ def driver_traces() -> set[str]:
             found.add(target)
     try:
         with open("/proc/self/maps") as maps:
-            found |= {line.split()[-1] for line in maps if "libcuda.so" in line or "libnvidia-" in line}
+            found |= {line.split()[-1] for line in maps if "libcuda.so" in line}
     except OSError:
         pass
     return found
