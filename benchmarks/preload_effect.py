@@ -20,16 +20,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from envinfo import environment  # noqa: E402
 
-from cuda_l1.evaluate import fork_server  # noqa: E402
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig  # noqa: E402
 from cuda_l1.evaluate.evaluator import Evaluator  # noqa: E402
 from cuda_l1.strategies import get_strategy  # noqa: E402
 from cuda_l1.tasks.loaders import load_tasks  # noqa: E402
 
 
-def judged(task, source: str, device: str) -> dict:
+def judged(task, source: str, device: str, preload: bool) -> dict:
     timing = TimingConfig.quick()
     config = EvalConfig(device=device, timing=timing)
+    config.sandbox.preload_compilers = preload
     started = time.perf_counter()
     evaluator = Evaluator(task, config)
     try:
@@ -56,12 +56,8 @@ def main() -> None:
     task = named[0] if named else tasks[0]
     source = get_strategy("compile").generate(task)
     result = {"task": f"L{task.level}/{task.name}", "device": args.device, "environment": environment()}
-    for kind, refused in (("preloaded", ""), ("not_preloaded", "turned off to compare")):
-        fork_server._preload_refused = refused
-        if fork_server._SHARED is not None:  # a server of the other kind: end it, the next one starts fresh
-            fork_server._SHARED.close()
-            fork_server._SHARED = None
-        rows = [judged(task, source, args.device) for _ in range(args.repeats)]
+    for kind, preload in (("preloaded", True), ("not_preloaded", False)):
+        rows = [judged(task, source, args.device, preload) for _ in range(args.repeats)]
         loads = [r["load_s"] for r in rows if r["load_s"] is not None]
         result[kind] = {"verdicts": rows, "median_load_s": statistics.median(loads) if loads else None,
                         "median_seconds": statistics.median(r["seconds"] for r in rows)}

@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--lookahead", type=int, default=None,
                         help="jobs a worker loads ahead (default: the setting's, 2 on CUDA, 0 on CPU)")
     parser.add_argument("--spares", type=int, default=None, help="spare sides a worker keeps warming")
+    parser.add_argument("--no-preload", action="store_true",
+                        help="the fork server does not import torch.compile's modules (to compare)")
     parser.add_argument("--fresh-sides", action="store_true",
                         help="sides started as fresh interpreters, not forked from the fork server (the default)")
     args = parser.parse_args()
@@ -86,6 +88,7 @@ def main() -> None:
     if args.spares is not None:
         config.spares = args.spares
     config.sandbox.fork_server = not args.fresh_sides
+    config.sandbox.preload_compilers = not args.no_preload
     statuses: Counter = Counter()
     per_kind: dict = {}
     identical: dict = {}  # the eager candidates are the reference's own code: they must measure 1.00
@@ -125,7 +128,8 @@ def main() -> None:
                                      and round(v["speedup"], 2) == 1.0),
            "config": {"timing": vars(config.timing), "correctness_trials": config.correctness_trials,
                       "lookahead": config.lookahead, "spares": config.spares,
-                      "fork_server": config.sandbox.fork_server}}
+                      "fork_server": config.sandbox.fork_server,
+                      "preload_compilers": config.sandbox.preload_compilers}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=str))
     print(json.dumps({k: v for k, v in out.items() if k != "environment"}, default=str))

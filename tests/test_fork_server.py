@@ -101,7 +101,7 @@ def test_without_a_usable_server_a_side_starts_as_a_fresh_interpreter(monkeypatc
         def spawn(self, *args, **kwargs):
             raise fork_server.NotSent("the fork server exited")
 
-    monkeypatch.setattr(fork_server, "shared", lambda: Gone())
+    monkeypatch.setattr(fork_server, "shared", lambda preload=True: Gone())
     side = SideProcess.start(SandboxConfig(fork_server=True), "cpu", [], None)
     try:
         assert isinstance(side.proc, subprocess.Popen)
@@ -116,7 +116,7 @@ def test_a_request_the_server_took_and_never_answered_is_not_started_again(monke
         def spawn(self, *args, **kwargs):
             raise OSError("the fork server did not answer a request within 30 s")
 
-    monkeypatch.setattr(fork_server, "shared", lambda: Silent())
+    monkeypatch.setattr(fork_server, "shared", lambda preload=True: Silent())
     with pytest.raises(OSError, match="did not answer"):
         SideProcess.start(SandboxConfig(fork_server=True), "cpu", [], None)
 

@@ -219,12 +219,12 @@ class ForkServer:
 
 
 def launch(cmd: list[str], fork: bool, device: str, plan_json: str, read_fd: int, write_fd: int,
-           inputs_fd: int, log_fd: int, cwd: str, env: dict[str, str]):
-    """Start a side: forked by this process's fork server when `fork` and the server is usable, else as
-    a fresh interpreter running `cmd`. Returns a Popen or a ForkedProcess."""
+           inputs_fd: int, log_fd: int, cwd: str, env: dict[str, str], preload: bool = True):
+    """Start a side: forked by this process's fork server (torch.compile's modules preloaded or not) when
+    `fork` and it is usable, else as a fresh interpreter running `cmd`. A Popen or a ForkedProcess."""
     if fork:
         try:
-            return shared().spawn(device, plan_json, read_fd, write_fd, inputs_fd, log_fd, cwd, env)
+            return shared(preload).spawn(device, plan_json, read_fd, write_fd, inputs_fd, log_fd, cwd, env)
         except NotSent:
             pass  # a fresh interpreter: slower, never weaker
     passed = tuple(fd for fd in (read_fd, write_fd, inputs_fd) if fd >= 0)
@@ -237,22 +237,22 @@ def _refuse_preload(why: str) -> None:
     _preload_refused = why or "refused"
 
 
-_SHARED: ForkServer | None = None
+_SHARED: dict[bool, ForkServer] = {}  # preload -> this process's server
 _SHARED_LOCK = threading.Lock()
 
 
-def shared() -> ForkServer:
-    """This process's fork server, started on first use (and again after one is gone), ended when
-    this process exits."""
-    global _SHARED
+def shared(preload: bool = True) -> ForkServer:
+    """This process's fork server (with torch.compile's modules or without), started on first use and
+    again after one is gone, ended when this process exits."""
     with _SHARED_LOCK:
-        if _SHARED is None or _SHARED._dead:
-            if _SHARED is not None:
-                _SHARED.close()
-            else:
-                atexit.register(lambda: _SHARED is not None and _SHARED.close())
-            _SHARED = ForkServer()
-        return _SHARED
+        server = _SHARED.get(preload)
+        if server is None or server._dead:
+            if server is not None:
+                server.close()
+            elif not _SHARED:
+                atexit.register(lambda: [s.close() for s in list(_SHARED.values())])
+            server = _SHARED[preload] = ForkServer(fork_preload.COMPILER_MODULES if preload else ())
+        return server
 
 
 # -- the server process ----------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     if config.sandbox.fork_server:  # its own torch import overlaps the worker's (and the probe's, later)
         from cuda_l1.evaluate.fork_server import shared
 
-        shared()
+        shared(config.sandbox.preload_compilers)
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES

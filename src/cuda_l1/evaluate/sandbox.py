@@ -103,7 +103,7 @@ class SideProcess:
                                    "address_space_bytes": self.memory_limit if device == "cpu" and not counted
                                    else None})
         if config.fork_server:  # the fork server's start (it imports torch) overlaps the probe's
-            shared()
+            shared(config.preload_compilers)
         plan.namespaces, plan.sockets = usable_plan(config.namespaces, device, plan)
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:
@@ -123,7 +123,7 @@ class SideProcess:
         fd = self.output.write_fd  # the side's stdout and stderr; the parent's copy is closed below
         try:
             self.proc = launch(cmd, config.fork_server, device, cmd[-1], p2c_r, c2p_w, child_inputs, fd, self.scratch,
-                               scrubbed_env(self.scratch))
+                               scrubbed_env(self.scratch), config.preload_compilers)
         finally:
             for f in [fd] + passed:
                 os.close(f)
