@@ -22,8 +22,12 @@
 #               (preload_effect.py on PRELOAD_TASK of .data/KernelBench, 3 verdicts with and without)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
+# DEADLINE_S (optional): seconds the whole script may take. Each step's limit is cut to what is left
+# of it, less ARCHIVE_S (default 30) for the archives written after the audit and kb-bench steps, so a
+# caller's own time limit never stops the script before a run store is archived.
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
 set -u
+script_start=$(date +%s)
 out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
 shift
 steps=("$@")
@@ -41,6 +45,14 @@ py="${PYTHON:-python3}"
 step() {  # step NAME SECONDS COMMAND...
   local name="$1" limit="$2"; shift 2
   local start=$(date +%s)
+  if [ -n "${DEADLINE_S:-}" ]; then
+    local left=$(( DEADLINE_S - (start - script_start) - ${ARCHIVE_S:-30} ))
+    if [ "$left" -lt 10 ]; then
+      echo "$name: skipped, ${left} s left of DEADLINE_S=${DEADLINE_S}" | tee -a "$out/steps.txt"
+      return 124
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   timeout -s INT -k 20 "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   echo "$name: rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$out/steps.txt"
