@@ -158,15 +158,18 @@ def _specials_cases():
     """Outputs with and without NaN/Inf, close and far, real and complex, for the fast paths."""
     gen = torch.Generator().manual_seed(7)
     out = []
-    for dtype in (torch.float32, torch.bfloat16, torch.complex64):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.complex64):
         base = torch.randn(4096, generator=gen).to(dtype) if not dtype.is_complex else torch.randn(4096, dtype=dtype, generator=gen)
-        for variant in ("same", "close", "far", "nan_both", "nan_cand", "inf_both", "inf_cand"):
+        for variant in ("same", "close", "far", "far_below", "nan_both", "nan_cand", "inf_both", "inf_cand",
+                        "ninf_cand", "inf_ref", "inf_opposite"):
             ref = base.clone()
             cand = base.clone()
             if variant == "close":
                 cand = (cand.to(torch.complex128 if dtype.is_complex else torch.float64) * (1 + 1e-7)).to(dtype)
             elif variant == "far":
                 cand[17] += 0.5
+            elif variant == "far_below":  # the largest error is a negative difference
+                cand[17] -= 0.5
             elif variant == "nan_both":
                 ref[5], cand[5] = float("nan"), float("nan")
             elif variant == "nan_cand":
@@ -175,16 +178,25 @@ def _specials_cases():
                 ref[3], cand[3] = float("inf"), float("inf")
             elif variant == "inf_cand":
                 cand[3] = float("inf")
+            elif variant == "ninf_cand":
+                cand[3] = float("-inf")
+            elif variant == "inf_ref":  # the reference (and so the oracle) has it, the candidate does not
+                ref[3] = float("inf")
+            elif variant == "inf_opposite":
+                ref[3], cand[3] = float("inf"), float("-inf")
             out.append((f"{dtype}-{variant}", cand, ref))
     return out
 
 
+@pytest.mark.parametrize("chunk", [1 << 24, 1000], ids=["one-chunk", "five-chunks"])
 @pytest.mark.parametrize("name,cand,ref", _specials_cases(), ids=lambda v: v if isinstance(v, str) else "")
-def test_precision_fast_path_agrees_with_the_masked_path(name, cand, ref, monkeypatch):
-    """compare() reads three maxima in one synchronisation when every value is finite; with the fast
-    path switched off (the masked path for every chunk) every result is the same."""
+def test_precision_fast_path_agrees_with_the_masked_path(name, cand, ref, chunk, monkeypatch):
+    """compare() reads the extremes in one synchronisation per chunk when every value is finite; with
+    the fast path switched off (the masked path for every chunk) every result is the same, whichever
+    chunk holds the special values."""
     from cuda_l1.evaluate import precision
 
+    monkeypatch.setattr(precision, "_CHUNK", chunk)
     oracle = ref.to(torch.complex128 if ref.is_complex() else torch.float64)
     fast = compare(cand, ref, oracle, ToleranceConfig())
     monkeypatch.setattr(precision, "_finite_errors", lambda *a: None)
