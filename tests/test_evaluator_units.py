@@ -222,6 +222,21 @@ def test_full_comparison_fast_path_agrees_with_the_masked_path(name, cand, ref):
     for bound in (0.0, 1e-6, 1e-2, 1.0):
         assert _beyond(cand, ref, bound) == masked(cand, ref, bound), (name, bound)
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.bool])
+def test_comparisons_of_dtypes_that_do_not_subtract_from_float64(dtype):
+    """float8 and bool refuse type promotion with float64: the comparisons widen them first and still
+    judge, right and wrong alike."""
+    from cuda_l1.evaluate.verify import full_values
+
+    oracle = torch.tensor([0.5, 1.0, -2.0, 3.0], dtype=torch.float64)
+    ref = oracle.to(dtype)
+    wrong = (oracle * 1.5 if dtype.is_floating_point else oracle - 0.5).to(dtype)
+    assert compare(ref.clone(), ref, oracle, ToleranceConfig()).ok
+    assert not compare(wrong, ref, oracle, ToleranceConfig()).ok
+    assert full_values(ref.clone(), ref, 0.1) is None
+    assert full_values(wrong, ref, 0.1) is not None
+
+
 def test_precision_integers_exact():
     ref = torch.tensor([1, 2, 3])
     assert compare(ref.clone(), ref, None, ToleranceConfig()).ok

@@ -49,6 +49,9 @@ class Comparison:
 
 
 _CHUNK = 1 << 24  # elements compared at a time: float64 temporaries stay bounded for huge outputs
+# dtypes that subtract from a float64 tensor by type promotion (float8 and bool refuse to): the
+# comparisons widen other dtypes first
+PROMOTES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16})
 
 
 def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -87,8 +90,9 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
     for start in range(0, c_all.numel(), _CHUNK):
         c = c_all[start:start + _CHUNK]
         r = r_all[start:start + _CHUNK]
-        if not use_oracle:
+        if not use_oracle or c.dtype not in PROMOTES or r.dtype not in PROMOTES:
             c, r = c.to(wide), r.to(wide)
+        if not use_oracle:
             sc = _specials(c)
             if not torch.equal(sc, _specials(r)):
                 specials_ok = False

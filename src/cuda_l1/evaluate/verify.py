@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cuda_l1.evaluate.precision import Comparison, ToleranceConfig, compare
+from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, compare
 from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef, LeafVerdict
 from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 
@@ -140,7 +140,7 @@ def _beyond(got: torch.Tensor, expect: torch.Tensor, bound: float) -> float | No
     wide = torch.complex128 if got.is_complex() or expect.is_complex() else torch.float64
     if not got.numel():
         return None
-    if wide is torch.float64:
+    if wide is torch.float64 and got.dtype in PROMOTES and expect.dtype in PROMOTES:
         # The common case, in one pass and one synchronisation: nothing NaN (aminmax propagates it, and
         # a NaN fails both comparisons), nothing beyond the bound. `expect` is widened inside the
         # subtraction (type promotion), not copied first.
@@ -149,7 +149,7 @@ def _beyond(got: torch.Tensor, expect: torch.Tensor, bound: float) -> float | No
             return None
     got, expect = got.to(wide), expect.to(wide)
     diff = (got - expect).abs()
-    if wide is not torch.float64 and float(diff.amax()) <= bound:  # NaN fails it (amax propagates it)
+    if float(diff.amax()) <= bound:  # what did not take the pass above (NaN fails it: amax propagates it)
         return None
     diff[torch.isnan(diff) & (torch.isnan(got) & torch.isnan(expect) | (got == expect))] = 0.0
     if torch.isnan(diff).any() or (diff > bound).any():
