@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-from cuda_l1.evaluate.evaluator import evaluate, merge_remeasure, needs_remeasure
+from cuda_l1.evaluate.evaluator import Evaluator, evaluate, merge_remeasure, needs_remeasure
 from cuda_l1.evaluate.jobs import EvalJob
 from cuda_l1.evaluate.local_pool import LocalPool
 from cuda_l1.evaluate.verdict import INCORRECT, OK, Check, Verdict
@@ -99,6 +99,29 @@ def test_a_large_speedup_is_measured_twice_in_fresh_processes(task):
     # Off, the same candidate is measured once.
     single = evaluate(task, CANDIDATE, dataclasses.replace(_config(), remeasure=False))
     assert single.status == OK and "remeasured" not in single.timing
+
+
+def test_the_second_measurement_has_a_fresh_reference_side_too(task):
+    """A reference side that runs slow for its whole life (a per-process effect) would otherwise make
+    the same false speedup twice."""
+    evaluator = Evaluator(task, _config())
+    pids = []
+    once = evaluator._evaluate_once
+
+    def recorded(*args, **kwargs):
+        verdict = once(*args, **kwargs)
+        pids.append(evaluator.env.ref.proc.proc.pid)
+        return verdict
+
+    evaluator._evaluate_once = recorded
+    try:
+        verdict = evaluator.evaluate(CANDIDATE)
+    finally:
+        evaluator.close()
+    assert verdict.status == OK, verdict.reasons
+    assert "remeasured" in verdict.timing, (verdict.speedup, verdict.raw_speedup, verdict.ci, verdict.timing.get("stopped"))
+    assert verdict.timing["remeasured"]["reference"] == "a fresh process"
+    assert len(pids) == 2 and pids[0] != pids[1]
 
 
 def test_a_pool_of_two_workers_has_the_other_worker_confirm(task):
