@@ -20,6 +20,8 @@
 #               them ready, cached (compile_time.py, no stock build)
 #   preload     what importing torch.compile's modules in the fork server saves a compile candidate
 #               (preload_effect.py on PRELOAD_TASK of .data/KernelBench, 3 verdicts with and without)
+#   verify-cost what a full comparison of one large output costs (verify_cost.py; VERIFY_NUMEL float32
+#               values, default 1610612736: the 6 GiB outputs of KernelBench's 4096 x 393216 tasks)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
 # DEADLINE_S (optional): seconds the whole script may take. Each step's limit is cut to what is left
@@ -101,6 +103,8 @@ for s in "${steps[@]}"; do
       step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
         --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph} $resumed
       tar czf "$out/kb-run.tgz" runs/kb ;;
+    verify-cost) step verify-cost "${VERIFY_S:-200}" "$py" benchmarks/verify_cost.py --device cuda \
+        --numel "${VERIFY_NUMEL:-1610612736}" --out "$out/verify-cost.json" ;;
     compile-time) step compile-time "${COMPILE_S:-200}" "$py" benchmarks/compile_time.py --repeats 1 --skip-stock \
         --out "$out/compile-time.json" ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \

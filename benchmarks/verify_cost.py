@@ -3,7 +3,8 @@
 Times `precision.compare` (a candidate against the float64 oracle) and `verify.full_values` (against
 the reference) on one output of N float32 values, first as shipped (the maxima read in one
 synchronisation when everything is finite), then with the fast paths switched off (the masked path
-for every chunk, as before 2026-12-02):
+for every chunk, as before 2026-12-02), and the comparison against the oracle as it was before
+2026-12-04 (`compare_previous_s`: both outputs widened first, isfinite passes, abs then amax):
 
     python benchmarks/verify_cost.py --numel 33554432 --device cpu --out verify_cost.json
 """
@@ -49,6 +50,16 @@ def _masked_beyond(got, expect, bound):
     return None
 
 
+def _previous_finite_errors(c, o, r):
+    """precision._finite_errors as it was before 2026-12-04: both outputs widened to float64 first,
+    three isfinite passes, each maximum from abs() then amax()."""
+    c, r = c.to(o.dtype), r.to(o.dtype)
+    finite = torch.isfinite(c).all() & torch.isfinite(o).all() & torch.isfinite(r).all()
+    stats = torch.stack([finite.to(torch.float64), (c - o).abs().amax().to(torch.float64),
+                         (r - o).abs().amax().to(torch.float64), o.abs().amax().to(torch.float64)]).tolist()
+    return (stats[1], stats[2], stats[3]) if stats[0] else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--numel", type=int, default=1 << 25)
@@ -65,6 +76,12 @@ def main() -> None:
     result["compare_fast_s"] = _best(lambda: compare(cand, ref, oracle, ToleranceConfig()), args.device, args.repeats)
     result["full_fast_s"] = _best(lambda: verify.full_values(cand, ref, 1e-3), args.device, args.repeats)
     shipped_finite, shipped_beyond = precision._finite_errors, verify._beyond
+    precision._finite_errors = _previous_finite_errors
+    try:
+        result["compare_previous_s"] = _best(lambda: compare(cand, ref, oracle, ToleranceConfig()), args.device,
+                                             args.repeats)
+    finally:
+        precision._finite_errors = shipped_finite
     precision._finite_errors, verify._beyond = (lambda *a: None), _masked_beyond
     try:
         result["compare_masked_s"] = _best(lambda: compare(cand, ref, oracle, ToleranceConfig()), args.device, args.repeats)
