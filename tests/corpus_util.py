@@ -26,6 +26,7 @@ class Case:
     expect: str
     check: str | None = None
     bounds: dict = field(default_factory=dict)
+    open_gap: str | None = None  # header `open:`: why the expectation does not hold yet (the test is xfail)
 
     def expects(self, status: str) -> bool:
         return status in self.expect.split("|")
@@ -59,8 +60,17 @@ def cases(kind: str) -> list[Case]:
             key, _, value = line[1:].strip().partition(":")
             header[key.strip()] = value.strip()
         bounds = {k: float(header[k]) for k in ("speedup_at_least", "speedup_at_most", "score_at_most") if k in header}
-        out.append(Case(path, header["reference"], header["expect"], header.get("check"), bounds))
+        out.append(Case(path, header["reference"], header["expect"], header.get("check"), bounds, header.get("open")))
     return out
+
+
+def params(named: dict[str, Case]) -> list:
+    """pytest parameters for the cases in `named`, by name: a case whose header says `open:` is an
+    expected failure (not strict) with that reason, so a known gap stays visible in every run."""
+    import pytest
+
+    return [pytest.param(name, marks=pytest.mark.xfail(reason=named[name].open_gap, strict=False))
+            if named[name].open_gap else name for name in sorted(named)]
 
 
 def substitutions(case: Case, tmp_path: Path, listener_port: int | None = None,

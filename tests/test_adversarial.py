@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from corpus_util import cases, substitutions
+from corpus_util import cases, params, substitutions
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.confine import landlock_abi
 from cuda_l1.evaluate.evaluator import Evaluator
@@ -85,7 +85,7 @@ FRESH_CASES = ("identical", "read_credentials", "write_outside", "network_access
                 "deep_reply", "harness_skip_calls", "lying_address", "malformed_reply", "reply_ahead")
 
 
-@pytest.mark.parametrize("name", sorted(CPU_CASES))
+@pytest.mark.parametrize("name", params(CPU_CASES))
 def test_cpu_corpus(name, tmp_path, monkeypatch, listener, unix_listener):
     _judge_case(CPU_CASES[name], tmp_path, monkeypatch, listener, unix_listener, fork_server=None)
 

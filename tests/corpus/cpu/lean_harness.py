@@ -1,6 +1,7 @@
 # reference: tiny_relu
 # expect: ok
 # score_at_most: 1.0
+# open: issue 11, the harness's per-call work: on calls of about 20 us on the 2-core CPU host this loop measured raw 0.95-1.57 and scored up to 1.11 (8 evaluations, 2026-12-04), identical code 0.74-1.04
 # Rewrites the side's window loop to keep the whole protocol (one call per go, a ring naming each
 # real output, a valid reply) while doing none of the harness's own work it can skip: it calls
 # forward directly, rings from spans it computed once, and describes every later call by a bare
