@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sqlite3
-import statistics
 from pathlib import Path
+
+from cuda_l1.report.aggregates import geomean, median
 
 STRATEGY = re.compile(r"offline strategy: (\S+) ----")
 PHASES = ("load", "windows", "verification", "measure_total")
@@ -34,8 +34,8 @@ def latest_verdicts(store: Path) -> list[dict]:
     return [dict(level=k[0], task=k[1], strategy=k[2], verdict=v) for k, v in latest.items()]
 
 
-def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
+def _rounded(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -51,10 +51,10 @@ def summary(rows: list[dict]) -> list[dict]:
             statuses[v["status"]] = statuses.get(v["status"], 0) + 1
         out.append({
             "level": level, "strategy": strategy, "verdicts": len(verdicts), "statuses": statuses,
-            "median_speedup": _median(ok),
-            "geomean_speedup": round(math.exp(sum(math.log(s) for s in ok) / len(ok)), 3) if ok else None,
+            "median_speedup": _rounded(median(ok)),
+            "geomean_speedup": _rounded(geomean(ok)),
             "faster": sum(1 for s in ok if s > 1.0),
-            "median_phases_s": {p: _median([t["phases_s"][p] for t in timing if p in t.get("phases_s", {})])
+            "median_phases_s": {p: _rounded(median(t["phases_s"][p] for t in timing if p in t.get("phases_s", {})))
                                 for p in PHASES},
             "stopped_at_time_cap": sum(1 for t in timing if t.get("stopped") == "time"),
             "crowded_retries": sum(1 for t in timing if "crowded_retry" in t),

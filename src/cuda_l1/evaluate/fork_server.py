@@ -242,9 +242,9 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared(preload: bool = True) -> ForkServer:
-    """This process's fork server (with torch.compile's modules or without), started on first use and
-    again after one is gone, ended when this process exits."""
+    """This process's fork server (compilers preloaded or not): started on first use or when gone."""
     with _SHARED_LOCK:
+        preload = preload and not _preload_refused  # refused once: one server without, not two
         server = _SHARED.get(preload)
         if server is None or server._dead:
             if server is not None:

@@ -140,17 +140,20 @@ def _beyond(got: torch.Tensor, expect: torch.Tensor, bound: float) -> float | No
     wide = torch.complex128 if got.is_complex() or expect.is_complex() else torch.float64
     if not got.numel():
         return None
+    # The common case, in one pass and one synchronisation: nothing NaN (NaN propagates through the
+    # maximum, and fails the comparison), nothing beyond the bound. A real `expect` is widened inside
+    # the subtraction (type promotion), not copied first; complex values, float8 and bool are widened.
     if wide is torch.float64 and got.dtype in PROMOTES and expect.dtype in PROMOTES:
-        # The common case, in one pass and one synchronisation: nothing NaN (aminmax propagates it, and
-        # a NaN fails both comparisons), nothing beyond the bound. `expect` is widened inside the
-        # subtraction (type promotion), not copied first.
         lo, hi = torch.stack(torch.aminmax(got.to(wide) - expect)).tolist()
         if -lo <= bound and hi <= bound:
             return None
-    got, expect = got.to(wide), expect.to(wide)
-    diff = (got - expect).abs()
-    if float(diff.amax()) <= bound:  # what did not take the pass above (NaN fails it: amax propagates it)
-        return None
+        got, expect = got.to(wide), expect.to(wide)
+        diff = (got - expect).abs()
+    else:
+        got, expect = got.to(wide), expect.to(wide)
+        diff = (got - expect).abs()
+        if float(diff.amax()) <= bound:
+            return None
     diff[torch.isnan(diff) & (torch.isnan(got) & torch.isnan(expect) | (got == expect))] = 0.0
     if torch.isnan(diff).any() or (diff > bound).any():
         return float(torch.nan_to_num(diff, nan=float("inf")).max())
