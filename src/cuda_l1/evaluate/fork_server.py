@@ -15,7 +15,8 @@ closed in the child first; every other descriptor but the side's pipes, input bu
 The server is the sides' parent: it reports each side's exit without reaping it (the pid stays the
 parent's to signal) and reaps it when the parent releases it (`ForkedProcess.release`).
 
-It runs as `python -m cuda_l1.evaluate.fork_server FD [MODULES]` under a scrubbed environment and dies
+This module is the parent's half. The server's own process is fork_server_process.py, run as
+`python -m cuda_l1.evaluate.fork_server_process FD [MODULES]` under a scrubbed environment; it dies
 with the thread that started it. MODULES (torch.compile's) are imported before it is ready, and
 checked as fork_preload.py says: a server whose preload is unsafe exits; its replacement has none.
 """
@@ -25,11 +26,8 @@ from __future__ import annotations
 import array
 import atexit
 import contextlib
-import ctypes
-import gc
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -37,14 +35,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate import fork_preload
+from cuda_l1.evaluate.fork_server_process import MAX_MESSAGE
 
-MAX_MESSAGE = 1 << 20  # a request (environment and plan) or a report, as JSON
 READY_TIMEOUT_S = 120.0  # the server's own start (it imports torch)
 SPAWN_TIMEOUT_S = 30.0  # one fork (milliseconds when well)
-SIDE_NAME = b"cuda-l1-side"  # a forked side's process name (/proc/PID/comm)
 _preload_refused = ""  # why a server's preload was unsafe in this process: later servers have none
 
 
@@ -84,6 +82,7 @@ class ForkServer:
     def __init__(self, preload: tuple[str, ...] = fork_preload.COMPILER_MODULES):
         self.preload = () if _preload_refused else preload
         self.preloaded: tuple[str, ...] = ()  # what the server imported beyond the harness, once ready
+        self.ready_at: float | None = None  # when (time.time()) it said it was ready
         self._send_lock = threading.Lock()  # a message is sent whole, one at a time
         self._changed = threading.Condition()
         self._exits: dict[int, int] = {}  # pid -> returncode (Popen's convention)
@@ -103,7 +102,7 @@ class ForkServer:
     def _run(self, theirs: socket.socket) -> None:
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", "cuda_l1.evaluate.fork_server", str(theirs.fileno()), ",".join(self.preload)],
+                [sys.executable, "-u", "-m", "cuda_l1.evaluate.fork_server_process", str(theirs.fileno()), ",".join(self.preload)],
                 cwd=self._scratch, env=scrubbed_env(self._scratch), stdin=subprocess.DEVNULL, stdout=self._log,
                 stderr=self._log, pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -119,7 +118,7 @@ class ForkServer:
                 message = json.loads(data)
                 with self._changed:
                     if message["op"] == "ready":
-                        self.preloaded = tuple(message.get("preloaded", ()))
+                        self.preloaded, self.ready_at = tuple(message.get("preloaded", ())), time.time()
                         self._ready.set()
                     elif message["op"] == "preload_refused":
                         _refuse_preload(str(message["why"]))
@@ -175,9 +174,9 @@ class ForkServer:
         if reply is None:
             self._fail(f"the fork server did not answer a request within {SPAWN_TIMEOUT_S:.0f} s")
             raise OSError(self._dead)
-        if "pid" not in reply:
-            raise OSError(reply.get("error", "the fork server could not fork"))
-        return ForkedProcess(self, int(reply["pid"]), ["cuda_l1.evaluate.child (forked)"])
+        if "pid" in reply:
+            return ForkedProcess(self, int(reply["pid"]), ["cuda_l1.evaluate.child (forked)"])
+        raise OSError(reply.get("error", "the fork server could not fork"))
 
     def _exit_status(self, pid: int) -> int | None:
         with self._changed:
@@ -253,148 +252,3 @@ def shared(preload: bool = True) -> ForkServer:
                 atexit.register(lambda: [s.close() for s in list(_SHARED.values())])
             server = _SHARED[preload] = ForkServer(fork_preload.COMPILER_MODULES if preload else ())
         return server
-
-
-# -- the server process ----------------------------------------------------------------------------------
-def _returncode(info) -> int:
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-
-
-def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
-    """In the forked child: the side's descriptors, session, directory and environment, then the
-    harness, exactly as a fresh side runs it. Never returns."""
-    code = 1
-    try:
-        for fd in keep_out:
-            os.close(fd)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        # Named for what it is (its command line is still the server's): `ps`, tests, an operator.
-        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(SIDE_NAME), 0, 0, 0)  # PR_SET_NAME
-        read_fd, write_fd, log_fd = fds[0], fds[1], fds[2]
-        inputs_fd = fds[3] if request.get("inputs") else -1
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        keep = {0, 1, 2, read_fd, write_fd} | ({inputs_fd} if inputs_fd >= 0 else set())
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        for fd in (read_fd, write_fd, inputs_fd):
-            if fd >= 0:
-                os.set_inheritable(fd, True)
-        server_dir = os.getcwd()
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        # What a fresh interpreter in the side's directory would have: its directory first on the
-        # import path (`python -m` put the server's there) and a temp directory from TMPDIR (torch's
-        # import made tempfile settle on the server's).
-        sys.path[:] = [request["cwd"] if p in (server_dir, "") else p for p in sys.path]
-        tempfile.tempdir = None
-        fork_preload.into_side()
-        from cuda_l1.evaluate import child
-
-        child.main(["--read-fd", str(read_fd), "--write-fd", str(write_fd), "--inputs-fd", str(inputs_fd),
-                    "--device", request["device"], "--plan", request["plan"]])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - the log says why
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
-    from cuda_l1.evaluate.confine import die_with_parent
-
-    die_with_parent()
-    import torch  # noqa: F401 - what every side would import: once, here
-
-    from cuda_l1.evaluate import child, inputs, warmup  # noqa: F401
-    from cuda_l1.tasks import runtime  # noqa: F401
-
-    # A forked child has the forking thread only, whatever else runs here. Native pools (numpy's
-    # BLAS starts one at import) stop themselves around fork (pthread_atfork); a Python thread would
-    # leave its state behind half-done, so there must be none.
-    if threading.active_count() != 1:
-        print("cuda-l1 fork server: a Python thread runs beside the server; nothing is forked",
-              file=sys.stderr, flush=True)
-        os._exit(2)
-    why = fork_preload.preload(modules) if modules else ""
-    if why:  # what was imported cannot be taken back: this server forks nothing
-        print(f"cuda-l1 fork server: preload refused: {why}", file=sys.stderr, flush=True)
-        sock.send(json.dumps({"op": "preload_refused", "why": why}).encode())
-        os._exit(3)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    live: set[int] = set()  # forked, not yet reported as exited
-    released: set[int] = set()  # the parent is done with them: reap on exit
-    gc.freeze()  # what the server holds stays shared: a side's collections do not copy its pages
-    sock.send(json.dumps({"op": "ready", "preloaded": list(modules)}).encode())
-    while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-        for pid in list(live):  # report exits without reaping: the pid stays the parent's to signal
-            try:
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # gone already (cannot happen: only this loop reaps)
-                info = None
-                live.discard(pid)
-            if info is None:
-                continue
-            live.discard(pid)
-            if pid in released:  # the parent is done with it: reap, nothing to report
-                os.waitpid(pid, 0)
-                released.discard(pid)
-                continue
-            sock.send(json.dumps({"op": "exited", "pid": pid, "returncode": _returncode(info)}).encode())
-        if sock not in ready:
-            continue
-        fds = array.array("i")
-        data, ancdata, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(8 * fds.itemsize))
-        if not data:
-            return  # the parent is gone: the sides die with this process (their parent-death signal)
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-        request = json.loads(data)
-        if request["op"] == "release":
-            pid = int(request["pid"])
-            if pid in live:
-                released.add(pid)  # still running: reaped when it exits
-            else:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
-            continue
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            sock.send(json.dumps({"op": "spawned", "id": request["id"], "error": f"fork failed: {exc}"}).encode())
-            continue
-        if pid == 0:
-            _become_side(request, list(fds), keep_out=[sock.fileno(), wake_r, wake_w])
-        for fd in fds:
-            os.close(fd)
-        live.add(pid)
-        sock.send(json.dumps({"op": "spawned", "id": request["id"], "pid": pid}).encode())
-
-
-if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])), tuple(m for m in (sys.argv[2:3] or [""])[0].split(",") if m))

@@ -80,10 +80,11 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
     start: dict | None = {"process": time.time()}
+    server = None
     if config.sandbox.fork_server:  # its own torch import overlaps the worker's (and the probe's, later)
         from cuda_l1.evaluate.fork_server import shared
 
-        shared(config.sandbox.preload_compilers)
+        server = shared(config.sandbox.preload_compilers)
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES
@@ -134,9 +135,13 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             verdict = crowding.judge(evaluator, source, device=device, evaluators=evaluators, task=task,
                                      ahead=ahead, thresholds=thresholds, preloaded=preloaded)
             if start is not None:
-                from cuda_l1.evaluate.probe import PROBE_SECONDS
+                from cuda_l1.evaluate.probe import PROBE_ENDED, PROBE_SECONDS
 
                 start["probe_s"] = round(sum(PROBE_SECONDS.values()), 2)  # a duration, not a stamp
+                if device in PROBE_ENDED:
+                    start["probed"] = PROBE_ENDED[device]
+                if server is not None and server.ready_at is not None:
+                    start["fork_server_ready"] = server.ready_at
                 verdict.timing["worker_start"], start = start, None
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job

@@ -36,6 +36,7 @@ def identity_uid(read_paths: list[str]) -> int | None:
 
 _PLANS: dict[tuple, str] = {}
 PROBE_SECONDS: dict[str, float] = {}  # per device: how long this process spent probing (worker start stamps)
+PROBE_ENDED: dict[str, float] = {}  # per device: when (time.time()) this process's last probe ended
 
 
 def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, str]:
@@ -64,6 +65,7 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             PROBE_SECONDS[device] = PROBE_SECONDS.get(device, 0.0) + time.perf_counter() - started
+            PROBE_ENDED[device] = time.time()
         _PLANS[key] = chosen
     return _PLANS[key]
 
