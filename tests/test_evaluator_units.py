@@ -153,6 +153,32 @@ def test_precision_nan_and_inf_placement():
     assert not compare(torch.tensor([float("nan"), float("nan"), float("inf")]), ref, oracle, ToleranceConfig()).ok
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_precision_where_only_the_reference_overflowed(dtype):
+    """The reference overflowed where float64 did not: a candidate may match either, but a finite
+    value there is judged against float64, never waved through (any finite value passed before)."""
+    big = 0.9 * float(torch.finfo(dtype).max)
+    x = torch.linspace(-2, 2, 1000, dtype=torch.float64)
+    oracle = x.clone()
+    oracle[7] = big
+    ref = oracle.to(dtype)
+    ref[7] = float("inf")  # its float32 (bf16) computation overflowed on the way
+    assert compare(ref.clone(), ref, oracle, ToleranceConfig()).ok  # the reference's own inf
+    assert compare(oracle.to(dtype), ref, oracle, ToleranceConfig()).ok  # float64's value, rounded
+    for wrong in (0.0, 1.0, big / 2):
+        cand = oracle.to(dtype)
+        cand[7] = wrong
+        result = compare(cand, ref, oracle, ToleranceConfig())
+        assert not result.ok and "reference is not finite" in result.detail, (wrong, result.detail)
+    # the huge values there loosen nothing elsewhere: an error the rest of the output would refuse
+    cand = oracle.to(dtype)
+    cand[3] += 0.5
+    assert not compare(cand, ref, oracle, ToleranceConfig()).ok
+    only = torch.tensor([big], dtype=torch.float64)  # every finite value is such a value
+    assert compare(only.to(dtype), torch.tensor([float("inf")], dtype=dtype), only, ToleranceConfig()).ok
+    assert not compare(torch.zeros(1, dtype=dtype), torch.tensor([float("inf")], dtype=dtype), only, ToleranceConfig()).ok
+
+
 
 def _specials_cases():
     """Outputs with and without NaN/Inf, close and far, real and complex, for the fast paths."""

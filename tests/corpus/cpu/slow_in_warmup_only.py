@@ -4,7 +4,9 @@
 # Genuinely slower (about 8 small matmuls a call beside the relu, ~0.1x), it sleeps through its first
 # two windows (of one call each) so that the recorded ones are sized to one call: both sides then sit in the fixed cost of
 # a window and the ratio goes toward 1 (an adversarial reading scored it 0.69-1.00 on a loaded host
-# before the re-plan; measured as it is, ~0.1).
+# before the re-plan; measured as it is, ~0.1). The weight is a buffer, so on a GPU the matmuls run
+# there too and the call stays ~9 launches against the reference's one: a plain tensor attribute
+# stayed on the CPU, where the matmuls cost about what the relu's launch does (scored 0.51 on an H200).
 import importlib
 import time
 
@@ -15,7 +17,7 @@ import torch.nn as nn
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.w = torch.randn(96, 96)
+        self.register_buffer("w", torch.randn(96, 96))
 
     def forward(self, x):
         for _ in range(8):
