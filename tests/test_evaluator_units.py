@@ -169,7 +169,7 @@ def test_precision_where_only_the_reference_overflowed(dtype):
         cand = oracle.to(dtype)
         cand[7] = wrong
         result = compare(cand, ref, oracle, ToleranceConfig())
-        assert not result.ok and "reference is not finite" in result.detail, (wrong, result.detail)
+        assert not result.ok and "only one of the reference and" in result.detail, (wrong, result.detail)
     # the huge values there loosen nothing elsewhere: an error the rest of the output would refuse
     cand = oracle.to(dtype)
     cand[3] += 0.5
@@ -177,6 +177,18 @@ def test_precision_where_only_the_reference_overflowed(dtype):
     only = torch.tensor([big], dtype=torch.float64)  # every finite value is such a value
     assert compare(only.to(dtype), torch.tensor([float("inf")], dtype=dtype), only, ToleranceConfig()).ok
     assert not compare(torch.zeros(1, dtype=dtype), torch.tensor([float("inf")], dtype=dtype), only, ToleranceConfig()).ok
+
+
+def test_precision_where_only_the_oracle_is_not_finite():
+    """The other way round (float64 NaN where the reference is finite): a candidate that matches the
+    reference's pattern is held to the reference's value there."""
+    ref = torch.linspace(-2, 2, 100)
+    oracle = ref.double()
+    oracle[5] = float("nan")
+    assert compare(ref.clone(), ref, oracle, ToleranceConfig()).ok
+    cand = ref.clone()
+    cand[5] = 123.0
+    assert not compare(cand, ref, oracle, ToleranceConfig()).ok
 
 
 
