@@ -146,3 +146,25 @@ def test_readme_layout_names_every_module_of_the_evaluator():
     layout = _readme_layout()
     evaluator = sorted(path.name for path in (PACKAGE / "evaluate").glob("*.py") if path.name != "__init__.py")
     assert [name for name in evaluator if name not in layout] == []
+
+
+def test_a_worker_gets_its_configuration_without_importing_torch():
+    """A spawned worker unpickles its configuration and imports the pool module before its first line
+    runs; neither may import torch, so that the worker's fork server (which imports torch itself)
+    starts at once and its import overlaps the worker's, instead of coming after it (about 5 s on an
+    H200 host before the tolerance settings left precision.py)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from cuda_l1.evaluate.config import EvalConfig
+
+    blob = pickle.dumps(EvalConfig())
+    code = ("import pickle, sys; pickle.loads(sys.stdin.buffer.read()); "
+            "import cuda_l1.evaluate.local_pool, cuda_l1.evaluate.fork_server; "
+            "print('torch' in sys.modules)")
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=60,
+                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.decode().strip() == "False", out.stdout.decode()

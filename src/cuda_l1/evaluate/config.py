@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from cuda_l1.devices import is_spelled
 from cuda_l1.errors import UserError
-from cuda_l1.evaluate.precision import ToleranceConfig
+from cuda_l1.evaluate.tolerance import ToleranceConfig
 from cuda_l1.evaluate.protocol import MODULE_MODES
 from cuda_l1.settings import setting
 
