@@ -526,3 +526,44 @@ def test_a_side_stopped_before_it_joined_its_cgroup_is_resumed_by_its_thaw():
         assert _state(side.proc.pid) != "T" and not side.frozen
     finally:
         side.close(graceful=False)
+
+
+def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
+    """A worker probes ahead for its spares (probe_ahead, CUDA only) while it imports; a side's start
+    asking meanwhile for the same plan waits for that probe instead of starting its own trials, and
+    gets its answer. On a CPU nothing is probed ahead."""
+    import threading
+    import time as time_mod
+
+    from cuda_l1.evaluate import probe
+    from cuda_l1.evaluate.config import SandboxConfig
+    from cuda_l1.evaluate.confine import ConfinePlan
+
+    calls, release = [], threading.Event()
+
+    def trials(device, plans, scratch):
+        calls.append((device, [p.namespaces for p in plans]))
+        release.wait(10)
+        return [True] + [False] * (len(plans) - 1)
+
+    monkeypatch.setattr(probe, "_trials", trials)
+    monkeypatch.setattr(probe, "_PLANS", {})
+    config = SandboxConfig()
+    assert probe.probe_ahead(config, "cpu") is None
+    ahead = probe.probe_ahead(config, "cuda:7")
+    assert ahead is not None
+    # what SideProcess.start makes for a spare: another scratch, a pinned core, the same layers
+    side_plan = ConfinePlan(scratch="/elsewhere", landlock=config.landlock, seccomp=config.seccomp,
+                            drop_identity=config.drop_identity,
+                            uid=probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)
+    answers = []
+    asker = threading.Thread(target=lambda: answers.append(probe.usable_plan(config.namespaces, "cuda:7", side_plan)))
+    asker.start()
+    time_mod.sleep(0.3)
+    assert answers == [] and len(calls) == 1  # waiting for the probe under way, not probing again
+    release.set()
+    ahead.join(10)
+    asker.join(10)
+    assert len(calls) == 1 and answers and answers[0][1] == "ip"
+    assert probe.usable_plan(config.namespaces, "cuda:7", side_plan) == answers[0]  # remembered
+    assert len(calls) == 1

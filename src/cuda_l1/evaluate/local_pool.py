@@ -85,6 +85,9 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
         from cuda_l1.evaluate.fork_server import shared
 
         server = shared(config.sandbox.preload_compilers)
+    from cuda_l1.evaluate.probe import probe_ahead
+
+    probe_ahead(config.sandbox, device)  # CUDA: beside the imports and the server's start, not after them
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES

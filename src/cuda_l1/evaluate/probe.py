@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 
 from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
@@ -35,6 +36,8 @@ def identity_uid(read_paths: list[str]) -> int | None:
 
 
 _PLANS: dict[tuple, str] = {}
+_PROBING: dict[tuple, threading.Event] = {}  # probes under way: a second caller waits for the first's
+_PLANS_LOCK = threading.Lock()
 PROBE_SECONDS: dict[str, float] = {}  # per device: how long this process spent probing (worker start stamps)
 PROBE_ENDED: dict[str, float] = {}  # per device: when (time.time()) this process's last probe ended
 
@@ -47,7 +50,16 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
     if not sys.platform.startswith("linux"):
         return "", plan.sockets
     key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, namespaces)
-    if key not in _PLANS:
+    while True:  # one probe per key, whichever thread asks first (probe_ahead's, a side's start)
+        with _PLANS_LOCK:
+            if key in _PLANS:
+                return _PLANS[key]
+            under_way = _PROBING.get(key)
+            if under_way is None:
+                _PROBING[key] = threading.Event()
+                break
+        under_way.wait()
+    try:
         started = time.perf_counter()
         chosen = ("", "any")
         scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-")
@@ -67,7 +79,29 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
             PROBE_SECONDS[device] = PROBE_SECONDS.get(device, 0.0) + time.perf_counter() - started
             PROBE_ENDED[device] = time.time()
         _PLANS[key] = chosen
-    return _PLANS[key]
+        return chosen
+    finally:  # a probe that raised leaves the key to the next caller
+        with _PLANS_LOCK:
+            _PROBING.pop(key).set()
+
+
+def probe_ahead(config, device: str) -> threading.Thread | None:
+    """On CUDA, probe in a thread now for the sides a worker starts first (its spares: no readable
+    paths), with the plan SideProcess.start makes for them (`config`: a SandboxConfig), so that the
+    probe's fresh interpreters (about 5 s on an H200 host) run beside the worker's own imports and
+    its fork server's start instead of after them. A side's start then finds the plan chosen, or
+    waits for this probe instead of starting another. On a CPU the probe is cheap: not done ahead."""
+    if not (device.startswith("cuda") and sys.platform.startswith("linux")):
+        return None
+    plan = ConfinePlan(scratch="", landlock=config.landlock, seccomp=config.seccomp, drop_identity=config.drop_identity,
+                       uid=identity_uid([]) if config.drop_identity else None, shm_bytes=config.shm_bytes,
+                       scratch_bytes=config.scratch_bytes,
+                       limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
+                               "open_files": config.open_files, "address_space_bytes": None})
+    thread = threading.Thread(target=usable_plan, args=(config.namespaces, device, plan), name="cuda-l1-probe-ahead",
+                              daemon=True)
+    thread.start()
+    return thread
 
 
 def _trials(device: str, plans: list[ConfinePlan], scratch: str) -> list[bool]:
