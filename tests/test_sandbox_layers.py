@@ -537,7 +537,6 @@ def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
 
     from cuda_l1.evaluate import probe
     from cuda_l1.evaluate.config import SandboxConfig
-    from cuda_l1.evaluate.confine import ConfinePlan
 
     calls, release = [], threading.Event()
 
@@ -553,9 +552,7 @@ def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
     ahead = probe.probe_ahead(config, "cuda:7")
     assert ahead is not None
     # what SideProcess.start makes for a spare: another scratch, a pinned core, the same layers
-    side_plan = ConfinePlan(scratch="/elsewhere", landlock=config.landlock, seccomp=config.seccomp,
-                            drop_identity=config.drop_identity,
-                            uid=probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)
+    side_plan = config.confine_plan("/elsewhere", probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)
     answers = []
     asker = threading.Thread(target=lambda: answers.append(probe.usable_plan(config.namespaces, "cuda:7", side_plan)))
     asker.start()

@@ -44,6 +44,18 @@ class SandboxConfig:
     scratch_root: str | None = setting(None, "where scratch directories are made (default: the system temp dir)")
     keep_scratch: bool = setting(False, "keep the scratch directory for debugging")
 
+    def confine_plan(self, scratch: str, uid: int | None, cpu_core: int | None = None, read_paths=(),
+                     address_space_bytes: int | None = None):
+        """The confine.ConfinePlan a side started under these settings applies to itself, before the
+        namespaces and socket families that probe.usable_plan finds for this machine."""
+        from cuda_l1.evaluate.confine import ConfinePlan
+
+        return ConfinePlan(scratch=scratch, landlock=self.landlock, seccomp=self.seccomp,
+                           drop_identity=self.drop_identity, uid=uid, cpu_core=cpu_core, shm_bytes=self.shm_bytes,
+                           scratch_bytes=self.scratch_bytes, read_paths=list(read_paths),
+                           limits={"cpu_s": self.cpu_seconds, "file_bytes": self.file_bytes,
+                                   "open_files": self.open_files, "address_space_bytes": address_space_bytes})
+
 
 
 @dataclass

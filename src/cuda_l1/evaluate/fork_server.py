@@ -174,9 +174,9 @@ class ForkServer:
         if reply is None:
             self._fail(f"the fork server did not answer a request within {SPAWN_TIMEOUT_S:.0f} s")
             raise OSError(self._dead)
-        if "pid" in reply:
-            return ForkedProcess(self, int(reply["pid"]), ["cuda_l1.evaluate.child (forked)"])
-        raise OSError(reply.get("error", "the fork server could not fork"))
+        if "pid" not in reply:
+            raise OSError(reply.get("error", "the fork server could not fork"))
+        return ForkedProcess(self, int(reply["pid"]), ["cuda_l1.evaluate.child (forked)"])
 
     def _exit_status(self, pid: int) -> int | None:
         with self._changed:

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 
+from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
 from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate.seccomp import SOCKET_LEVELS
@@ -85,19 +86,15 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan) -> tuple[str, 
             _PROBING.pop(key).set()
 
 
-def probe_ahead(config, device: str) -> threading.Thread | None:
+def probe_ahead(config: SandboxConfig, device: str) -> threading.Thread | None:
     """On CUDA, probe in a thread now for the sides a worker starts first (its spares: no readable
-    paths), with the plan SideProcess.start makes for them (`config`: a SandboxConfig), so that the
+    paths), with the plan SideProcess.start makes for them (SandboxConfig.confine_plan), so that the
     probe's fresh interpreters (about 5 s on an H200 host) run beside the worker's own imports and
     its fork server's start instead of after them. A side's start then finds the plan chosen, or
     waits for this probe instead of starting another. On a CPU the probe is cheap: not done ahead."""
     if not (device.startswith("cuda") and sys.platform.startswith("linux")):
         return None
-    plan = ConfinePlan(scratch="", landlock=config.landlock, seccomp=config.seccomp, drop_identity=config.drop_identity,
-                       uid=identity_uid([]) if config.drop_identity else None, shm_bytes=config.shm_bytes,
-                       scratch_bytes=config.scratch_bytes,
-                       limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
-                               "open_files": config.open_files, "address_space_bytes": None})
+    plan = config.confine_plan("", identity_uid([]) if config.drop_identity else None)
     thread = threading.Thread(target=usable_plan, args=(config.namespaces, device, plan), name="cuda-l1-probe-ahead",
                               daemon=True)
     thread.start()

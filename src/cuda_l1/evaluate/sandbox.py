@@ -35,7 +35,7 @@ from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import PARENT_SEND_TIMEOUT_S, Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key, unread_bytes
 from cuda_l1.evaluate.child_output import ChildOutput
 from cuda_l1.evaluate.config import SandboxConfig
-from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, harness_under_init
+from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, harness_under_init
 from cuda_l1.evaluate.environment import scrubbed_env
 from cuda_l1.evaluate.fork_server import launch, shared
 from cuda_l1.evaluate.probe import identity_uid, usable_plan
@@ -93,15 +93,9 @@ class SideProcess:
             os.chown(self.scratch, uid, uid)
         group = SideGroup.create() if config.cgroup and sys.platform.startswith("linux") else None
         counted = group is not None and group.memory_bytes() is not None
-        plan = ConfinePlan(scratch=self.scratch, landlock=config.landlock, seccomp=config.seccomp,
-                           drop_identity=config.drop_identity, uid=uid, cpu_core=cpu_core, shm_bytes=config.shm_bytes,
-                           scratch_bytes=config.scratch_bytes,
-                           read_paths=list(read_paths),
-                           limits={"cpu_s": config.cpu_seconds, "file_bytes": config.file_bytes,
-                                   "open_files": config.open_files,
-                                   # a reservation limit only where no cgroup counts what is held
-                                   "address_space_bytes": self.memory_limit if device == "cpu" and not counted
-                                   else None})
+        # a reservation limit only where no cgroup counts what is held
+        plan = config.confine_plan(self.scratch, uid, cpu_core, read_paths,
+                                   self.memory_limit if device == "cpu" and not counted else None)
         if config.fork_server:  # the fork server's start (it imports torch) overlaps the probe's
             shared(config.preload_compilers)
         plan.namespaces, plan.sockets = usable_plan(config.namespaces, device, plan)
