@@ -24,6 +24,8 @@
 #               values, default 1610612736: the 6 GiB outputs of KernelBench's 4096 x 393216 tasks)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
+#   (audit, kb-bench: AUDIT_VERDICTS / KB_VERDICTS name a verdicts.jsonl of an earlier run, kept where the
+#   run directory was not: its verdicts are taken instead of judged again, see `cuda-l1 bench --help`)
 # DEADLINE_S (optional): seconds the whole script may take. Each step's limit is cut to what is left
 # of it, less ARCHIVE_S (default 30) for the archives written after the audit and kb-bench steps, so a
 # caller's own time limit never stops the script before a run store is archived.
@@ -93,7 +95,7 @@ for s in "${steps[@]}"; do
     identical) step identical "${IDENTICAL_S:-400}" "$py" benchmarks/identical_suite.py --device cuda \
         --out "$out/identical-gpu.json" ${IDENTICAL_ARGS:-} ;;
     audit) step audit "${AUDIT_S:-400}" "$py" -m cuda_l1 audit "${AUDIT_SOLUTIONS:-.data/cuda-l1/h100.jsonl}" \
-        --out runs/audit --device cuda
+        --out runs/audit --device cuda ${AUDIT_VERDICTS:+--verdicts-from "$AUDIT_VERDICTS"}
       tar czf "$out/audit-run.tgz" runs/audit ;;
     preload) step preload "${PRELOAD_S:-300}" "$py" benchmarks/preload_effect.py --device cuda \
         --source .data/KernelBench/KernelBench --task "${PRELOAD_TASK:-L1/1_Square_matrix_multiplication_}" \
@@ -101,7 +103,8 @@ for s in "${steps[@]}"; do
     kb-bench) # a resumed run (its store carried in) has had its noise check: no second one per call
       resumed=""; [ -s runs/kb/calibration.json ] && resumed="--no-calibrate"
       step kb-bench "${KB_S:-400}" "$py" -m cuda_l1 bench .data/KernelBench/KernelBench --out runs/kb \
-        --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph} $resumed
+        --device cuda ${KB_ARGS:---levels 1,2,3 --strategies eager,compile,compile-ro,cudagraph} $resumed \
+        ${KB_VERDICTS:+--verdicts-from "$KB_VERDICTS"}
       tar czf "$out/kb-run.tgz" runs/kb ;;
     verify-cost) step verify-cost "${VERIFY_S:-200}" "$py" benchmarks/verify_cost.py --device cuda \
         --numel "${VERIFY_NUMEL:-1610612736}" --out "$out/verify-cost.json" ;;

@@ -42,12 +42,14 @@ def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
         assert (out / name).stat().st_size > 0
     assert list(out.glob("*.png"))
     again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json")
-    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0, "rejudged": 0}
+    assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0, "rejudged": 0,
+                                                  "imported": 0}
     # Verdicts the user no longer trusts are judged again on request, and say what they replaced.
     redo = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out),
                "--json", "--no-calibrate", "--rejudge", "ok")
     assert redo.returncode == 0, redo.stderr[-2000:]
-    assert json.loads(redo.stdout)["counts"] == {"total": 2, "skipped": 0, "evaluated": 2, "reused": 0, "rejudged": 2}
+    assert json.loads(redo.stdout)["counts"] == {"total": 2, "skipped": 0, "evaluated": 2, "reused": 0, "rejudged": 2,
+                                                 "imported": 0}
     with sqlite3.connect(out / "history.sqlite") as conn:
         stored = [json.loads(v) for (v,) in conn.execute("SELECT verdict FROM verdicts")]
     assert sorted(v["timing"]["replaced"]["status"] for v in stored) == ["ok", "ok"]
@@ -134,3 +136,48 @@ def test_a_resumed_bench_runs_only_the_references_it_still_needs(kb_dir, tmp_pat
     assert run()["counts"]["evaluated"] == 1  # the second task only
     assert run()["counts"]["skipped"] == 2
     assert checked == [["L1/1_ReluAdd"], ["L1/2_Softmax"]]
+
+
+def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
+    """verdicts.jsonl carries ids and numbers, never code, and a fresh run directory over the same tasks
+    takes its verdicts instead of judging again: a long run survives the loss of its store."""
+    first = tmp_path / "first"
+    run = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",
+              "--out", str(first), "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = (first / "verdicts.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    text = "\n".join(lines)
+    assert "torch.relu" not in text and "class Model" not in text and "def forward" not in text
+    before = json.loads((first / "summary.json").read_text())["overall"]
+
+    second = tmp_path / "second"
+    again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",
+                "--out", str(second), "--json", "--verdicts-from", str(first / "verdicts.jsonl"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    counts = json.loads(again.stdout)["counts"]
+    assert counts["imported"] == 2 and counts["evaluated"] == 0
+    after = json.loads((second / "summary.json").read_text())["overall"]
+    assert after["n_correct"] == before["n_correct"] == 2 and after["speedup"] == before["speedup"]
+    with sqlite3.connect(second / "history.sqlite") as conn:
+        stored = [json.loads(v) for (v,) in conn.execute("SELECT verdict FROM verdicts")]
+    assert all(any(c["name"] == "imported" and c["detail"] == "from verdicts.jsonl" for c in v["checks"])
+               for v in stored)
+    # Other settings are another measurement: nothing is taken, both are judged.
+    full = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",
+               "--tolerance", "kernelbench", "--limit", "1", "--out", str(tmp_path / "third"), "--json",
+               "--verdicts-from", str(first / "verdicts.jsonl"))
+    assert full.returncode == 0, full.stderr[-2000:]
+    assert json.loads(full.stdout)["counts"]["imported"] == 0 and json.loads(full.stdout)["counts"]["evaluated"] == 1
+
+
+@pytest.mark.parametrize("line", ["not json", '{"task_id": "a"}',
+                                  '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": "k", '
+                                  '"verdict": {"status": "ok", "speedup": "fast"}}'])
+def test_a_malformed_verdicts_file_is_bad_input(kb_dir, tmp_path, line):
+    bad = tmp_path / "verdicts.jsonl"
+    bad.write_text(line + "\n")
+    result = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",
+                 "--out", str(tmp_path / "run"), "--verdicts-from", str(bad))
+    assert result.returncode == 2 and "line 1 is not a verdict record" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "run" / "history.sqlite").exists()

@@ -17,6 +17,7 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Mapping
 
 from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references,
                            evaluate_candidates, write_report)
@@ -72,8 +73,10 @@ MODE_NOTES = {
 
 def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: EvalConfig, cluster: str = "local",
               workers: int | None = None, hold_fraction: float = 0.9, progress: bool = True,
-              levels: set[int] | None = None, rejudge: frozenset[str] = frozenset()) -> dict:
-    """levels: only the records of these levels (None: all); rejudge: stored statuses judged again."""
+              levels: set[int] | None = None, rejudge: frozenset[str] = frozenset(),
+              imported: Mapping | None = None) -> dict:
+    """levels: only the records of these levels (None: all); rejudge: stored statuses judged again;
+    imported: verdicts read from a verdicts file (read_imported), taken for the programs they match."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
     candidates, missing = candidates_from_jsonl(path)
@@ -93,7 +96,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
                             on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
-                            rejudge=rejudge, check=lambda tasks: check_references(tasks, device))  # a broken ref_code is bad input
+                            rejudge=rejudge, imported=imported, check=lambda tasks: check_references(tasks, device))  # a broken ref_code is bad input
         dkey, ckey = device_key(device), config.config_key()
         rows = []
         for cand in candidates:  # resumed candidates come back from the store

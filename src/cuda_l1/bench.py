@@ -11,7 +11,7 @@ import json
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from cuda_l1.devices import Device, as_device, device_key
 from cuda_l1.engine import Engine
@@ -106,21 +106,31 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                         on_result: Callable[[Candidate, Verdict], None] | None = None,
                         decides_at: Callable[[Candidate], tuple[float, ...]] | None = None,
                         rejudge: frozenset[str] = frozenset(),
-                        check: Callable[[list[Task]], None] | None = None) -> dict:
+                        check: Callable[[list[Task]], None] | None = None,
+                        imported: Mapping[tuple[str, str, str, str], Verdict] | None = None) -> dict:
     """Judge every candidate through the engine: one not yet judged on this device under these
     settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
     arrives (a kill loses nothing already judged). `on_result` sees each evaluated one; `decides_at`
     gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
     clear of them). `rejudge`: statuses whose stored verdicts are judged again (Store.reopen_verdict).
     `check` sees the tasks left to judge before any is (check_references: a resumed run of 250 tasks
-    ran every reference once more, minutes on a GPU, for the few left). Returns counts."""
+    ran every reference once more, minutes on a GPU, for the few left). `imported`: verdicts read from a
+    verdicts file (store.verdict_file), filed for the candidates they match instead of judging them
+    again (a settled one whose status is not in `rejudge`). Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
-    reopened = 0
+    reopened = taken = 0
     for cand in candidates:
         store.add_task(cand.task)
         cid, _ = store.add_candidate(cand.task.id, cand.source, cand.origin, ctx.run_id)
         known = store.verdict_for(cid, dkey, ckey, task_id=cand.task.id)
+        given = (imported or {}).get((cand.task.id, cid, dkey, ckey))
+        if (known is None or not known.settled) and given is not None and given.settled \
+                and given.status not in rejudge:
+            # Not a new measurement: its reference time does not count again in the task's record.
+            taken += store.record_verdict(cid, given, ctx.run_id, device=dkey, config_key=ckey, task_id=cand.task.id,
+                                          reference_sample=False)
+            continue
         if known is not None and known.settled and known.status in rejudge:
             store.reopen_verdict(cid, dkey, ckey, f"--rejudge {known.status}", task_id=cand.task.id)
             reopened += 1
@@ -128,7 +138,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
             continue
         todo.append((cand, cid))  # new, reopened, or one the evaluation itself failed (judged again)
     counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0, "reused": 0,
-              "rejudged": reopened}
+              "rejudged": reopened, "imported": taken}
     if not todo:  # a finished run resumed: no pool is started
         return counts
     if check is not None:
@@ -183,7 +193,12 @@ def check_references(tasks: Iterable[Task], device: Device) -> None:
 
 
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
-    return write_run_report(ctx.out_dir, ctx.store.run_results(ctx.run_id), title, notes)
+    """The run's report, and every verdict of its store as verdicts.jsonl (ids and numbers, no code)."""
+    from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
+
+    paths = write_run_report(ctx.out_dir, ctx.store.run_results(ctx.run_id), title, notes)
+    write_verdicts(ctx.store, ctx.out_dir / VERDICTS_NAME)
+    return {**paths, "verdicts": ctx.out_dir / VERDICTS_NAME}
 
 
 def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterable[str] = ()) -> dict:
@@ -227,9 +242,11 @@ def noise_summary(out_dir: str | Path, rows: list) -> dict:
 def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[int] | None,
               device: Device | str | None,
               config: EvalConfig, cluster: str = "local", workers: int | None = None, tasks_source: str | None = None,
-              progress: bool = True, limit: int | None = None, rejudge: frozenset[str] = frozenset()) -> dict:
+              progress: bool = True, limit: int | None = None, rejudge: frozenset[str] = frozenset(),
+              imported: Mapping | None = None) -> dict:
     """`cuda-l1 bench`: strategies over a task source, or the candidates of a JSONL/directory.
-    `limit` keeps the first N tasks (after --levels); `rejudge`: stored statuses judged again."""
+    `limit` keeps the first N tasks (after --levels); `rejudge`: stored statuses judged again;
+    `imported`: verdicts read from a verdicts file (read_imported), taken for the programs they match."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
     source, tasks_source = for_device(source, device), tasks_source and for_device(tasks_source, device)
@@ -256,12 +273,21 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": str(device)})
     try:
         counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
-                                     progress=progress, rejudge=rejudge,
+                                     progress=progress, rejudge=rejudge, imported=imported,
                                      check=lambda tasks: check_references(tasks, device))
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()
     return {"counts": counts, "notes": notes, "paths": {k: str(v) for k, v in paths.items()}}
+
+
+def read_imported(path: str | Path | None) -> dict | None:
+    """The verdicts of `--verdicts-from`, read before any work starts (a malformed file is bad input)."""
+    if path is None:
+        return None
+    from cuda_l1.store.verdict_file import read_verdicts
+
+    return read_verdicts(path)
 
 
 def load_summary(out_dir: str | Path) -> dict:

@@ -72,12 +72,13 @@ def bench_command(
     timeout: float = options.timeout(),
     calibrate: bool = options.calibrate(),
     rejudge: str = options.rejudge(),
+    verdicts_from: Path = options.verdicts_from(),
     as_json: bool = options.as_json("the summary"),
 ) -> None:
     """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
 
     Writes summary.json, results.csv, report.html and plots to --out."""
-    from cuda_l1.bench import check_references, load_summary, run_bench, select_tasks
+    from cuda_l1.bench import check_references, load_summary, read_imported, run_bench, select_tasks
     from cuda_l1.calibrate import pick_tasks
     from cuda_l1.cli.calibrate_cmd import noise_check
     from cuda_l1.devices import parse_device
@@ -85,6 +86,7 @@ def bench_command(
 
     chosen = _strategies(strategies)
     level_set, statuses = parse_levels(levels), options.parse_statuses(rejudge)
+    imported = read_imported(verdicts_from)
     target = parse_device(device, cluster)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
@@ -93,7 +95,7 @@ def bench_command(
         noise_check(noise_tasks, config, target, out, quiet=as_json, count=3)
     result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,
                        cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit,
-                       rejudge=statuses)
+                       rejudge=statuses, imported=imported)
     summary = load_summary(out)
     if as_json:
         print_json({**result, "summary": {"overall": summary["overall"], "levels": summary.get("levels", {}),
@@ -104,7 +106,8 @@ def bench_command(
     c = result["counts"]
     console.print(f"{c['evaluated']} evaluated, {c['skipped']} already done (resumed), "
                   f"{c.get('reused', 0)} duplicate(s) of a judged program"
-                  + (f", {c['rejudged']} judged again (--rejudge)" if c.get("rejudged") else ""))
+                  + (f", {c['rejudged']} judged again (--rejudge)" if c.get("rejudged") else "")
+                  + (f", {c['imported']} taken from --verdicts-from" if c.get("imported") else ""))
     print_summary(summary)
     console.print(f"report: {result['paths']['report']}", markup=False)
 
@@ -124,6 +127,7 @@ def audit_command(
     quick: bool = options.batch_timing(),
     timeout: float = options.timeout(),
     rejudge: str = options.rejudge(),
+    verdicts_from: Path = options.verdicts_from(),
     as_json: bool = options.as_json("the audit"),
 ) -> None:
     """Re-evaluate a published solution set with this evaluator: claimed vs measured, per task and in total.
@@ -131,14 +135,17 @@ def audit_command(
     The models run in eval mode by default, as CUDA-L1's harness runs them when its claims are measured
     (a kernel that folds BatchNorm into a convolution is right in eval mode only)."""
     from cuda_l1.audit import run_audit
+    from cuda_l1.bench import read_imported
     from cuda_l1.devices import parse_device
 
     if not solutions.endswith(".jsonl"):
         raise UserError("audit reads a .jsonl solution set.", path=solutions)
     target, statuses = parse_device(device, cluster), options.parse_statuses(rejudge)
+    imported = read_imported(verdicts_from)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     result = run_audit(solutions, str(out), device=target, config=config, cluster=cluster, workers=workers,
-                       hold_fraction=hold, progress=True, levels=parse_levels(levels), rejudge=statuses)
+                       hold_fraction=hold, progress=True, levels=parse_levels(levels), rejudge=statuses,
+                       imported=imported)
     if as_json:
         print_json(result)
         return
@@ -159,6 +166,7 @@ def report_command(
     from cuda_l1.bench import STORE_NAME, write_run_report
     from cuda_l1.report import compare_runs, write_comparison
     from cuda_l1.store import Store
+    from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
 
     run_dirs = [run_dir] + ([other] if other is not None else [])
     for d in run_dirs:
@@ -173,7 +181,10 @@ def report_command(
             rows.append([r for run in runs for r in store.run_results(run.id)])
     if other is None:
         paths = write_run_report(run_dir, rows[0], f"cuda-l1 report: {run_dir}")
+        with Store(run_dir / STORE_NAME) as store:
+            count = write_verdicts(store, run_dir / VERDICTS_NAME)
         console.print(f"report: {paths['report']}", markup=False)
+        console.print(f"verdicts: {run_dir / VERDICTS_NAME} ({count})", markup=False)
         return
     names = tuple(labels.split(",")) if labels else (run_dir.name, other.name)
     if len(names) != 2:

@@ -76,6 +76,12 @@ def rejudge() -> typer.models.OptionInfo:
                         "runtime_error,timeout) instead of keeping them; each new verdict notes the one it replaced.")
 
 
+def verdicts_from() -> typer.models.OptionInfo:
+    return typer.Option(None, "--verdicts-from", metavar="FILE",
+                        help="A verdicts.jsonl (written by bench, audit and report): its verdicts are taken for the "
+                        "same programs on the same device under the same settings instead of judging them again.")
+
+
 def parse_statuses(text: str) -> frozenset[str]:
     """--rejudge's statuses, each checked (a typo must not silently judge nothing again)."""
     from cuda_l1.errors import UserError

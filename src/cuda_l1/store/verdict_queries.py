@@ -139,6 +139,12 @@ class VerdictQueries:
         failures.sort(key=lambda f: f.created_at, reverse=True)
         return failures[:n]
 
+    def all_verdicts(self) -> list[dict]:
+        """Every stored verdict, in recording order: task_id, candidate_id, device, config_key and the
+        verdict as a dict (what `verdict_file` writes)."""
+        rows = self._read("SELECT task_id, candidate_id, device, config_key, verdict FROM verdicts ORDER BY id")
+        return [{**dict(r), "verdict": row_json(r["verdict"], {})} for r in rows]
+
     def run_results(self, run_id: int) -> list[dict]:
         """One row per verdict recorded in a run, with its task and candidate, in recording order.
 
