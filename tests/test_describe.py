@@ -105,3 +105,94 @@ def test_a_call_runs_forward_itself_only_where_module_call_would_add_nothing():
     finally:
         handle.remove()
     assert _entry(lambda x: x)(3) == 3  # not a module at all: called as it is
+
+
+def test_past_a_window_that_matched_later_calls_ring_by_pointer_and_are_compared_after():
+    """CPU: the layout comparison leaves the call's time once one window's later calls all matched; a
+    call that then differs is described in full (its reply differs from its ring: refused as
+    unstable), and from then on every window compares inside the call again."""
+    d = Describer()
+    assert not d.trusted
+    outs = [torch.randn(8, 4) for _ in range(3)]
+    d.window_done([d.first(outs[0])] + [d.later(o) for o in outs[1:]])
+    assert d.trusted and d.matched_windows == 1
+    d.first(outs[0])
+    same, other = torch.randn(8, 4), torch.randn(4, 8).t()
+    assert d.confirm(same, d.pointers(same)) == [same.data_ptr()]
+    assert d.pointers(other) == [other.data_ptr()]  # no comparison before the ring ...
+    described = d.confirm(other, d.pointers(other))  # ... it comes after, and finds the difference
+    assert not isinstance(described, list) and described.leaves[0].stride == [1, 8]
+    assert d.varied and not d.trusted
+
+
+def test_a_window_whose_later_calls_differ_keeps_the_comparison_inside_the_call():
+    d = Describer()
+    d.window_done([d.first(torch.randn(8, 4)), d.later(torch.randn(4, 8).t())])
+    assert d.varied and not d.trusted
+    d.window_done([d.first(torch.randn(8, 4)), d.later(torch.randn(8, 4))])
+    assert not d.trusted  # once varied, always compared in the call
+    single = Describer()
+    single.window_done([single.first(torch.randn(3))])  # a window of one call shows nothing
+    assert not single.trusted and single.matched_windows == 0
+
+
+
+
+_VARYING = '''
+import time
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.since = 0, None
+
+    def forward(self, x):
+        self.since = self.since or time.monotonic()
+        self.calls += 1
+        if self.calls % 2 or time.monotonic() - self.since < 0.5:
+            return torch.relu(x)
+        return {other}
+'''
+
+_RELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("other, status, check", [
+    ("torch.relu(x).t().contiguous().t()", "ok", "strides"),  # the same values and memory, column-major
+    ("torch.relu(nn.functional.pad(x, (0, 1)))[:, :64]", "rejected", "outputs_stable"),  # rows 65 apart
+])
+def test_a_layout_that_changes_once_the_windows_matched(other, status, check):
+    """Past its first windows a CPU side rings a later call's bare pointers and compares the layout
+    after the ring. An honest output differs only in its order (a dense layout of the reference's
+    shape spans the same memory), which is what the ring named: judged by the reply's full
+    description, the strides noted. Other memory than the ring named is refused as unstable."""
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import evaluate
+    from cuda_l1.tasks import make_task
+
+    timing = TimingConfig.quick()
+    timing.max_time_s = 2.0
+    verdict = evaluate(make_task(_RELU, name="relu", level=1, origin="test"), _VARYING.replace("{other}", other),
+                       EvalConfig(device="cpu", timing=timing))
+    assert verdict.status == status, verdict.reasons
+    assert verdict.check(check).passed is False

@@ -13,6 +13,17 @@ harness's loop could skip: ok at 1.3-1.7x on calls of 20-70 us for code as fast 
 What is left a call (a pointer a tensor and a comparison of its layout) is under half a microsecond.
 A side that lies about a pointer only changes which of its own memory the parent reads and checks.
 
+On a CPU, where every call rings (doorbell.py), even that comparison (~0.75 us) was a few percent of a
+20 us call that a leaner loop skipped. So once the side has seen one window whose later calls all
+matched (a warm-up window: honest code whose layout varies shows it there), a later call rings with
+its bare pointers (`pointers`) and its layout is compared after the ring (`confirm`), while the
+parent reads the ring and writes the next call's inputs, outside any call's time. A call found
+different then is described in full in the reply. An honest output can differ only in its order (a
+dense layout of the reference's shape and dtype spans the same bytes from the same first element), so
+it spans what its ring named and is judged by that full description; any other layout spans other
+memory than it rang with, and the parent refuses the window as unstable (gating.unstable), as it
+refuses any side whose reply and rings disagree (the strides check refused such layouts before).
+
 On a GPU the reply also names, once, each allocation its pointers fall in (`Ran.exports`: IPC handle,
 base, size); the parent maps every pointer into one of them. The side keeps the allocations it has
 seen and confirms each one it names by the driver's buffer id once a window (an allocation freed and
@@ -56,6 +67,9 @@ class Describer:
         self.allocations: list[tuple[int, int, int]] = []  # ... as (base, end, buffer id)
         self.layout: Layout | None = None
         self.match = None  # the layout's test of a later call's outputs: their pointers, or None
+        self.pointers = None  # the same call's pointers without the test (compared after its ring)
+        self.matched_windows = 0  # windows with later calls, every one matching (CPU: see `trusted`)
+        self.varied = False  # a later call's layout differed from its window's first call's
 
     # -- in full -------------------------------------------------------------------------------------
     def full(self, out) -> CallOutputs:
@@ -112,7 +126,7 @@ class Describer:
         import torch
 
         call = self.full(out)
-        self.layout = self.match = None
+        self.layout = self.match = self.pointers = None
         tensors = (out,) if type(out) is torch.Tensor else out if type(out) in (tuple, list) else ()
         if (0 < len(call.leaves) <= MAX_POINTERS and len(tensors) == len(call.leaves)
                 and all(leaf.kind == "tensor" and type(t) is torch.Tensor for leaf, t in zip(call.leaves, tensors))):
@@ -120,7 +134,34 @@ class Describer:
                                  [(t.dtype, t.shape, t.stride(), t.is_cuda) for t in tensors],
                                  [span_bytes(leaf) for leaf in call.leaves])
             self.match = _matcher(self.layout, torch.Tensor)
+            self.pointers = _pointers(self.layout, torch.Tensor)
         return call
+
+    @property
+    def trusted(self) -> bool:
+        """Whether later calls ring by bare pointers, their layout compared after the ring: once a
+        window's later calls all matched, and never after one differed."""
+        return self.matched_windows > 0 and not self.varied and self.pointers is not None
+
+    def confirm(self, out, pointers: list[int]) -> CallOutputs | list[int]:
+        """After its ring: a later call rung by `pointers`, kept so when its layout is the first call's,
+        else in full (the reply then differs from the ring, see the module's docstring)."""
+        if self.match is not None:
+            try:
+                if self.match(out) == pointers:
+                    return pointers
+            except Exception:  # noqa: BLE001 - as in later()
+                pass
+        self.varied = True
+        return self.full(out)
+
+    def window_done(self, calls: list) -> None:
+        """Count a window whose later calls were all described by pointers (all matched)."""
+        if len(calls) > 1:
+            if all(type(call) is list for call in calls[1:]):
+                self.matched_windows += 1
+            else:
+                self.varied = True
 
     def later(self, out) -> CallOutputs | list[int]:
         """A later call of the window: the pointers of its tensors when its layout is the first call's,
@@ -199,6 +240,22 @@ def _matcher(layout: Layout, tensor: type):
                 return None
             pointers.append(t.data_ptr())
         return pointers
+    return many
+
+
+def _pointers(layout: Layout, tensor: type):
+    """A later call's pointers with no comparison of its layout (that comes after its ring), or None
+    when its outputs are not even of the first call's structure."""
+    if layout.sequence is None:
+        def one(out):
+            return [out.data_ptr()] if type(out) is tensor else None
+        return one
+    sequence, n = layout.sequence, len(layout.tensors)
+
+    def many(out):
+        if type(out) is not sequence or len(out) != n or any(type(t) is not tensor for t in out):
+            return None
+        return [t.data_ptr() for t in out]
     return many
 
 

@@ -289,7 +289,8 @@ def unstable(rungs: list[Rung], calls: list[CallOutputs], pid: int) -> tuple[str
         spans = [leaf_span(leaf) for leaf in call.leaves if leaf.kind == "tensor"]
         if len(spans) != rung.leaves or tuple(spans[:RING_LEAVES]) != rung.spans:
             return ("outputs_stable", f"call {k + 1}'s outputs are described in other memory than its ring "
-                    "named when the call returned")
+                    "named when the call returned (or in another layout than the window's first call's, "
+                    "after earlier windows kept one)")
         if rung.seen is None:
             return "outputs_readable", f"call {k + 1}'s outputs could not be read when the call returned"
     try:

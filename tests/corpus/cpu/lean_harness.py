@@ -1,13 +1,15 @@
 # reference: tiny_relu
 # expect: ok
 # score_at_most: 1.0
-# open: issue 11, the harness's per-call work: on calls of about 20 us on the 2-core CPU host this loop measured raw 0.95-1.57 and scored up to 1.11 (8 evaluations, 2026-12-04), identical code 0.74-1.04
 # Rewrites the side's window loop to keep the whole protocol (one call per go, a ring naming each
 # real output, a valid reply) while doing none of the harness's own work it can skip: it calls
 # forward directly, rings from spans it computed once, and describes every later call by a bare
 # pointer without comparing its layout. Against the harness that described every call in full
 # (about 9 us a call with the ring and the reply's encoding) the same code was ok at 1.3-1.7x on
-# calls of 20-70 us; the harness now does no more per call than this loop (describe.py).
+# calls of 20-70 us; against the harness that compared each later call's layout before its ring it
+# read raw 1.13-1.22 (median of 24) on 15 us calls and scored above 1.00 in 14 of 48 evaluations.
+# The harness now compares after the ring, past its first windows (describe.py): 1.01-1.02 against
+# identical code's 0.98, none above 1.00 in 48.
 import sys
 
 import torch
