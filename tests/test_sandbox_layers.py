@@ -498,10 +498,6 @@ def test_an_extension_given_to_a_side_never_follows_links_it_planted(tmp_path):
     assert not os.path.samefile(given, built)  # a copy: the side cannot write to the build cache's file
 
 
-def _state(pid: int) -> str:
-    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_side_stopped_before_it_joined_its_cgroup_is_resumed_by_its_thaw():
     """A side still starting joins its cgroup a few milliseconds in. Stopped by signal just before,

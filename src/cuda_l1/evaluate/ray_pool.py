@@ -55,6 +55,9 @@ class EvalWorker:
         self.config = dataclasses.replace(config, device=self.device)
         self.evaluators = Evaluators(self._make, room=room_for(self.device))
         self.supply = None  # fresh sides shared by this actor's evaluators (side_supply.py)
+        from cuda_l1.evaluate.probe import probe_ahead
+
+        probe_ahead(self.config.sandbox, self.device)  # CUDA: confinement probed while the first task loads
 
     def _make(self, task):
         from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
