@@ -678,3 +678,20 @@ def test_a_slow_float64_oracle_is_asked_for_in_the_first_round_only():
     checking = EvalConfig(device="cpu", timing=TimingConfig(enabled=False))
     assert all("oracle" in [m for _, m in draw_checked(rng, 8, r, checking, True)]
                for r in range(checking.correctness_trials))
+
+
+def test_process_counters_read_what_the_kernel_counted():
+    import os
+
+    from cuda_l1.evaluate import process_counters
+
+    before = process_counters.read(os.getpid())
+    if before is None:
+        pytest.skip("no /proc here")
+    block = bytearray(64 << 20)  # touched: page faults counted
+    block[::4096] = b"\x01" * len(block[::4096])
+    delta = process_counters.change(before, process_counters.read(os.getpid()))
+    assert delta["minor_faults"] >= (64 << 20) // 4096 // 2 and delta["cpu_s"] >= 0
+    assert set(delta) == {"minor_faults", "major_faults", "cpu_s", "voluntary_switches", "involuntary_switches"}
+    assert process_counters.read(None) is None and process_counters.read(2**22 + 12345) is None
+    assert process_counters.change(None, before) is None

@@ -15,7 +15,7 @@ import secrets
 import statistics
 import time
 
-from cuda_l1.evaluate import gating, output_checks, timing, verify, windows
+from cuda_l1.evaluate import gating, output_checks, process_counters, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
@@ -229,6 +229,8 @@ class Referee:
         env.calibrate_quiet()
         self.telemetry = Telemetry(cfg.device)
         self.telemetry_before = self.telemetry.read()
+        self.counted = {side.name: (side.proc.harness_pid(), process_counters.read(side.proc.harness_pid()))
+                        for side in (self.env.ref, self.cand)}
         measure_start = time.perf_counter()
         with self.phase("null_windows"):
             overhead_s = self.null_windows(self.env.fresh_inputs(1))
@@ -390,4 +392,6 @@ class Referee:
             self.timing["thresholds"] = list(self.thresholds)
         after = self.telemetry.read()
         self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}
+        self.timing["sides"] = {name: process_counters.change(before, process_counters.read(pid))
+                                for name, (pid, before) in self.counted.items()}
         self.timing["throttled"] = any(t.get("throttled") for t in (self.telemetry_before, after) if t)
