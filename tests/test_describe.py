@@ -180,6 +180,7 @@ def get_init_inputs():
 @pytest.mark.parametrize("other, status, check", [
     ("torch.relu(x).t().contiguous().t()", "ok", "strides"),  # the same values and memory, column-major
     ("torch.relu(nn.functional.pad(x, (0, 1)))[:, :64]", "rejected", "outputs_stable"),  # rows 65 apart
+    ("torch.relu(x).to_sparse()", "rejected", "output_type"),  # no storage: described in full, refused
 ])
 def test_a_layout_that_changes_once_the_windows_matched(other, status, check):
     """Past its first windows a CPU side rings a later call's bare pointers and compares the layout
@@ -198,3 +199,38 @@ def test_a_layout_that_changes_once_the_windows_matched(other, status, check):
     assert verdict.check(check).passed is False
     if status == "ok":  # what the kernel counted for each side's process, read by the parent
         assert all(verdict.timing["sides"][name]["cpu_s"] > 0 for name in ("reference", "candidate"))
+
+
+_MASKED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x[x > 3.5]  # the values above 3.5: most calls none, now and then one or two
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_an_output_whose_shape_follows_the_input_values_is_judged_ok():
+    """A later call rings its bare pointers only with the first call's shapes: x[x > t] has as many
+    values as its input puts above t (mostly none here, so the first windows match), so its calls
+    differ in shape now and then, and each that does is described in full."""
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import evaluate
+    from cuda_l1.tasks import make_task
+
+    timing = TimingConfig.quick()
+    timing.max_time_s = 2.0
+    for _ in range(3):
+        verdict = evaluate(make_task(_MASKED, name="mask", level=1, origin="test"),
+                           _MASKED.replace("class Model(", "class ModelNew("), EvalConfig(device="cpu", timing=timing))
+        assert verdict.status == "ok", verdict.reasons

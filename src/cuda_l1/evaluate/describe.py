@@ -18,11 +18,13 @@ On a CPU, where every call rings (doorbell.py), even that comparison (~0.75 us) 
 matched (a warm-up window: honest code whose layout varies shows it there), a later call rings with
 its bare pointers (`pointers`) and its layout is compared after the ring (`confirm`), while the
 parent reads the ring and writes the next call's inputs, outside any call's time. A call found
-different then is described in full in the reply. An honest output can differ only in its order (a
-dense layout of the reference's shape and dtype spans the same bytes from the same first element), so
-it spans what its ring named and is judged by that full description; any other layout spans other
-memory than it rang with, and the parent refuses the window as unstable (gating.unstable), as it
-refuses any side whose reply and rings disagree (the strides check refused such layouts before).
+different then is described in full in the reply. Its shape and dtype were compared before the ring
+(an output's shape can follow its input's values, as x[x > t] does), so it can differ only in its
+strides, and an honest one only in its order (a dense layout of one shape and dtype spans the same
+bytes from the same first element): it spans what its ring named and is judged by that full
+description. Any other layout spans other memory than it rang with, and the parent refuses the window
+as unstable (gating.unstable), as it refuses any side whose reply and rings disagree (the strides
+check refused such layouts before).
 
 On a GPU the reply also names, once, each allocation its pointers fall in (`Ran.exports`: IPC handle,
 base, size); the parent maps every pointer into one of them. The side keeps the allocations it has
@@ -244,18 +246,33 @@ def _matcher(layout: Layout, tensor: type):
 
 
 def _pointers(layout: Layout, tensor: type):
-    """A later call's pointers with no comparison of its layout (that comes after its ring), or None
-    when its outputs are not even of the first call's structure."""
+    """A later call's pointers once its outputs have the first call's structure, dtypes and shapes
+    (an output's shape may follow its input's values: x[x > t]), or None. Its strides are compared
+    after its ring (`confirm`): with the shape and dtype the same, only they can differ, and an honest
+    difference of strides is a dense layout in another order, which spans the same memory."""
     if layout.sequence is None:
+        ((dtype, shape, _, _),) = layout.tensors
+
         def one(out):
-            return [out.data_ptr()] if type(out) is tensor else None
+            if type(out) is tensor and out.dtype is dtype and out.shape == shape:
+                try:
+                    return [out.data_ptr()]
+                except Exception:  # noqa: BLE001 - no storage (sparse, say): described in full
+                    return None
+            return None
         return one
-    sequence, n = layout.sequence, len(layout.tensors)
+    sequence, n, expected = layout.sequence, len(layout.tensors), layout.tensors
 
     def many(out):
-        if type(out) is not sequence or len(out) != n or any(type(t) is not tensor for t in out):
+        if type(out) is not sequence or len(out) != n:
             return None
-        return [t.data_ptr() for t in out]
+        try:
+            for t, (dtype, shape, _, _) in zip(out, expected):
+                if type(t) is not tensor or t.dtype is not dtype or t.shape != shape:
+                    return None
+            return [t.data_ptr() for t in out]
+        except Exception:  # noqa: BLE001 - as in one()
+            return None
     return many
 
 
