@@ -59,7 +59,7 @@ def main() -> None:
                        "score": verdict.speedup, "ci": verdict.ci, "reference_ms": verdict.reference_ms,
                        "candidate_ms": verdict.candidate_ms, "rounds": verdict.timing.get("rounds"),
                        "seconds": round(time.perf_counter() - t0, 2), "stopped": verdict.timing.get("stopped"),
-                       "phases_s": verdict.timing.get("phases_s")}
+                       "phases_s": verdict.timing.get("phases_s"), "sides": verdict.timing.get("sides")}
                 print(json.dumps(row), flush=True)
                 # Every round's times and order, so another estimator can be tried on the same rounds.
                 row["samples"] = verdict.timing.get("samples")

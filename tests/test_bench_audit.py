@@ -156,7 +156,7 @@ def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
                 "--out", str(second), "--json", "--verdicts-from", str(first / "verdicts.jsonl"))
     assert again.returncode == 0, again.stderr[-2000:]
     counts = json.loads(again.stdout)["counts"]
-    assert counts["imported"] == 2 and counts["evaluated"] == 0
+    assert counts["imported"] == 2 and counts["evaluated"] == 0 and counts["skipped"] == 0
     after = json.loads((second / "summary.json").read_text())["overall"]
     assert after["n_correct"] == before["n_correct"] == 2 and after["speedup"] == before["speedup"]
     with sqlite3.connect(second / "history.sqlite") as conn:
@@ -169,12 +169,25 @@ def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
                "--verdicts-from", str(first / "verdicts.jsonl"))
     assert full.returncode == 0, full.stderr[-2000:]
     assert json.loads(full.stdout)["counts"]["imported"] == 0 and json.loads(full.stdout)["counts"]["evaluated"] == 1
+    # What a run was given and did not use is still in its file: keeping only the newest file loses nothing.
+    assert len((tmp_path / "third" / "verdicts.jsonl").read_text().splitlines()) == 3
+    rebuilt = cli("report", str(tmp_path / "third"))
+    assert rebuilt.returncode == 0 and "verdicts.jsonl(3)" in "".join(rebuilt.stdout.split())
 
 
-@pytest.mark.parametrize("line", ["not json", '{"task_id": "a"}',
-                                  '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": "k", '
-                                  '"verdict": {"status": "ok", "speedup": "fast"}}'])
+_RECORD = '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": "k", "verdict": %s}'
+
+
+@pytest.mark.parametrize("line", [
+    "not json", '{"task_id": "a"}', "[" * 100000 + "]" * 100000, _RECORD % "5",
+    _RECORD % '{"status": "ok", "speedup": "fast"}', _RECORD % '{"status": "ok", "ci": 5}',
+    _RECORD % '{"status": "ok", "ci": ["a", "b"]}', _RECORD % '{"status": "ok", "reasons": 5}',
+    _RECORD % '{"status": "ok", "device": 7}', _RECORD % '{"status": "ok", "task_id": "another"}',
+    _RECORD % '{"status": "ok", "checks": [{"name": 1, "passed": true}]}', _RECORD % '{"status": "ok", "timing": []}',
+], ids=lambda line: line[:40])
 def test_a_malformed_verdicts_file_is_bad_input(kb_dir, tmp_path, line):
+    """Every field a report or the store reads is checked before any work: a bad value stored first
+    broke the report afterwards, and every later resume of the directory."""
     bad = tmp_path / "verdicts.jsonl"
     bad.write_text(line + "\n")
     result = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",

@@ -93,6 +93,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
         verdicts[cand.meta["line"]] = verdict
 
     ctx = RunContext(out_dir, "audit", {"source": path, "device": str(device)})
+    ctx.imported = dict(imported or {})
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
                             on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),

@@ -96,6 +96,7 @@ class RunContext:
         previous = self.store.runs(run_name)
         self.run_id = previous[-1].id if previous else self.store.start_run(run_name, config)
         self.resumed = bool(previous)
+        self.imported: dict = {}  # verdicts read from --verdicts-from: carried into this run's verdicts.jsonl
 
     def close(self) -> None:
         self.store.close()
@@ -137,7 +138,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
         elif known is not None and known.settled:
             continue
         todo.append((cand, cid))  # new, reopened, or one the evaluation itself failed (judged again)
-    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo), "evaluated": 0, "reused": 0,
+    counts = {"total": len(candidates), "skipped": len(candidates) - len(todo) - taken, "evaluated": 0, "reused": 0,
               "rejudged": reopened, "imported": taken}
     if not todo:  # a finished run resumed: no pool is started
         return counts
@@ -197,7 +198,7 @@ def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict
     from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
 
     paths = write_run_report(ctx.out_dir, ctx.store.run_results(ctx.run_id), title, notes)
-    write_verdicts(ctx.store, ctx.out_dir / VERDICTS_NAME)
+    write_verdicts(ctx.store, ctx.out_dir / VERDICTS_NAME, carried=ctx.imported)
     return {**paths, "verdicts": ctx.out_dir / VERDICTS_NAME}
 
 
@@ -271,6 +272,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     if not candidates:
         raise no_task_matched(source, levels)
     ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": str(device)})
+    ctx.imported = dict(imported or {})
     try:
         counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
                                      progress=progress, rejudge=rejudge, imported=imported,

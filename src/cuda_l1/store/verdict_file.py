@@ -15,6 +15,7 @@ each carries an `imported` check naming its file, so a report can tell them from
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -29,10 +30,20 @@ _FIELDS = ("task_id", "candidate_id", "device", "config_key", "verdict")
 Key = tuple[str, str, str, str]  # (task_id, candidate_id, device key, settings key)
 
 
-def write_verdicts(store, path: str | Path) -> int:
-    """Every verdict in `store`, one JSON object a line, written atomically. Returns the count."""
-    rows = store.all_verdicts()
+def write_verdicts(store, path: str | Path, carried: dict[Key, Verdict] | None = None) -> int:
+    """Every verdict in `store`, one JSON object a line, written atomically, then those the store does
+    not hold of `carried` (verdicts read from another file) and of the file already at `path`: a run
+    that took verdicts for some of its programs, or for none (another --limit, other levels), still
+    writes every verdict it was given, so keeping only its file loses nothing. Returns the count."""
     path = Path(path)
+    rows = store.all_verdicts()
+    held = {tuple(row[name] for name in _FIELDS[:4]) for row in rows}
+    before = read_verdicts(path, mark=False) if path.is_file() else {}
+    for key, verdict in [*before.items(), *(carried or {}).items()]:
+        if key not in held:
+            held.add(key)
+            rows.append({"task_id": key[0], "candidate_id": key[1], "device": key[2], "config_key": key[3],
+                         "verdict": verdict.to_dict()})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -46,10 +57,11 @@ def write_verdicts(store, path: str | Path) -> int:
     return len(rows)
 
 
-def read_verdicts(path: str | Path) -> dict[Key, Verdict]:
+def read_verdicts(path: str | Path, mark: bool = True) -> dict[Key, Verdict]:
     """The verdicts of a file written by `write_verdicts`, keyed by (task, candidate, device, settings).
-    A malformed file is bad input (UserError naming the line), never a half-read set. Each verdict is
-    marked with an `imported` check naming the file."""
+    A malformed file is bad input (UserError naming the line), never a half-read set: every field a
+    report or the store reads is checked for its type here, before any work. With `mark`, each verdict
+    is marked with an `imported` check naming the file."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -61,22 +73,55 @@ def read_verdicts(path: str | Path) -> dict[Key, Verdict]:
             continue
         try:
             record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
             key = tuple(record[name] for name in _FIELDS[:4])
             if not all(isinstance(part, str) and part for part in key[:3]) or not isinstance(key[3], str):
                 raise ValueError("ids, device and settings key must be strings")
+            if not isinstance(record["verdict"], dict):
+                raise ValueError("verdict is not an object")
             verdict = Verdict.from_dict(record["verdict"])
-            if verdict.status not in ALL_STATUSES:
-                raise ValueError(f"unknown status {verdict.status!r}")
-            if verdict.candidate_id and verdict.candidate_id != key[1]:
-                raise ValueError("the verdict names another candidate than its line")
-            for name in ("speedup", "raw_speedup", "reference_ms", "candidate_ms"):
-                value = getattr(verdict, name)
-                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                    raise ValueError(f"{name} is not a number")
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise UserError(f"line {number} is not a verdict record ({exc}); the file is written by "
+            _check_verdict(verdict, key)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise UserError(f"line {number} is not a verdict record ({str(exc)[:200]}); the file is written by "
                             "bench, audit and report as verdicts.jsonl.", path=str(path)) from None
-        verdict.checks = [c for c in verdict.checks if c.name != IMPORTED_CHECK]
-        verdict.checks.append(Check(IMPORTED_CHECK, None, f"from {path.name}", blocking=False))
+        if mark:
+            verdict.checks = [c for c in verdict.checks if c.name != IMPORTED_CHECK]
+            verdict.checks.append(Check(IMPORTED_CHECK, None, f"from {path.name}", blocking=False))
         out[key] = verdict
     return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_verdict(v: Verdict, key: Key) -> None:
+    """Raise ValueError unless every field of `v` has the type the store and the reports expect."""
+    if v.status not in ALL_STATUSES:
+        raise ValueError(f"unknown status {v.status!r}")
+    for name in ("task_id", "candidate_id", "device", "task_name", "log"):
+        if not isinstance(getattr(v, name), str):
+            raise ValueError(f"{name} is not a string")
+    for name, ours in (("task_id", key[0]), ("candidate_id", key[1])):
+        if getattr(v, name) and getattr(v, name) != ours:
+            raise ValueError(f"the verdict names another {name} than its line")
+    for name in ("speedup", "raw_speedup", "reference_ms", "candidate_ms"):
+        value = getattr(v, name)
+        if value is not None and not (_number(value) and value >= 0):
+            raise ValueError(f"{name} is not a number")
+    if v.ci is not None and not (isinstance(v.ci, list) and len(v.ci) == 2 and all(_number(x) for x in v.ci)):
+        raise ValueError("ci is not two numbers")
+    if not (isinstance(v.reasons, list) and all(isinstance(r, str) for r in v.reasons)):
+        raise ValueError("reasons is not a list of strings")
+    for c in v.checks:
+        if not (isinstance(c.name, str) and c.passed in (True, False, None) and isinstance(c.detail, str)
+                and isinstance(c.blocking, bool)):
+            raise ValueError("a check is malformed")
+    for name in ("versions", "timing", "sandbox"):
+        if not isinstance(getattr(v, name), dict):
+            raise ValueError(f"{name} is not an object")
+    if not all(isinstance(k, str) and isinstance(x, str) for k, x in v.versions.items()):
+        raise ValueError("versions are not strings")
+    if not _number(v.elapsed_s) or not (isinstance(v.attempts, int) and not isinstance(v.attempts, bool)):
+        raise ValueError("elapsed_s or attempts is not a number")
