@@ -5,7 +5,8 @@ A diagnostic, never a rule: identical code on a CPU has now and then timed one s
 a whole evaluation, the other side at its usual speed, and nothing else in a verdict told which of the
 side's own behaviour differed. With these in `timing.sides`, a slow side shows whether it faulted
 pages, was switched out, or spent the same CPU time more slowly. They cover the whole measurement,
-windows and the rest: the reference's side also computes the float64 oracle there.
+windows and the rest (the reference's side also computes the float64 oracle there), except
+`window_faults`: the minor faults inside the side's windows alone, read around each one.
 """
 
 from __future__ import annotations
@@ -34,8 +35,35 @@ def read(pid: int | None) -> dict | None:
         return None
 
 
+def minor_faults(pid: int | None) -> int | None:
+    """The process's minor page faults so far (one file read, for around every window), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def change(before: dict | None, after: dict | None) -> dict | None:
     """What was counted between two readings of one process (None unless both were read)."""
     if not before or not after:
         return None
     return {k: round(after[k] - before[k], 3) for k in before}
+
+
+def add(totals: dict[str, int], name: str, before: int | None, after: int | None) -> None:
+    """Add one window's faults (read before and after it) to its side's total."""
+    if before is not None and after is not None:
+        totals[name] = totals.get(name, 0) + after - before
+
+
+def report(counted: dict[str, tuple], window_faults: dict[str, int]) -> dict:
+    """`timing.sides`: per side, what was counted since `counted` (pid, reading) and its window faults."""
+    out = {}
+    for name, (pid, before) in counted.items():
+        out[name] = change(before, read(pid))
+        if out[name] is not None and name in window_faults:
+            out[name]["window_faults"] = window_faults[name]
+    return out

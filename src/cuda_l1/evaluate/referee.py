@@ -38,6 +38,7 @@ class Referee:
         self.spread = timing.process_spread(config)  # between processes: widens the interval (timing.estimate)
         self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
+        self.window_faults: dict[str, int] = {}  # minor faults inside each side's windows (process_counters)
         # the recorded rounds' windows (reference, candidate) as measured; null windows measured again
         self.windows, self.overhead_checks = [], 0
         self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
@@ -120,9 +121,12 @@ class Referee:
 
     def _window(self, side: Side, slots: list[int], timeout: float, signals: bool = False,
                 inputs: RoundInputs | None = None, written: int | None = None) -> None:
-        """One window of `side` on the parent's clock (windows.py); `signals`: the first window."""
+        """One window of `side` on the parent's clock (windows.py); `signals`: the first window.
+        The side's page faults are read around it (process_counters: a diagnostic, outside its time)."""
+        before = process_counters.minor_faults(pid := side.proc.harness_pid())
         windows.run(self.env, side, slots, timeout, inputs, len(slots) if written is None else written,
                     first=signals, remaining=self.remaining, builds=self.builds)
+        process_counters.add(self.window_faults, side.name, before, process_counters.minor_faults(pid))
 
     def _reference_window(self, slots: list[int], timeout: float, signals: bool = False,
                           inputs: RoundInputs | None = None, written: int | None = None) -> None:
@@ -392,6 +396,5 @@ class Referee:
             self.timing["thresholds"] = list(self.thresholds)
         after = self.telemetry.read()
         self.timing["telemetry"] = {"before": self.telemetry_before, "after": after}
-        self.timing["sides"] = {name: process_counters.change(before, process_counters.read(pid))
-                                for name, (pid, before) in self.counted.items()}
+        self.timing["sides"] = process_counters.report(self.counted, self.window_faults)
         self.timing["throttled"] = any(t.get("throttled") for t in (self.telemetry_before, after) if t)
