@@ -287,7 +287,8 @@ class Side:
     def oracle(self, msg: Oracle) -> None:
         self.oracle_kept = None
         try:
-            self.oracle_kept = self._in_own_arena(self._oracle_outputs, msg.slot)
+            self.oracle_kept = (self._in_own_arena(self._oracle_outputs, msg.slot) if self.device == "cpu"
+                                else self._oracle_outputs(msg.slot))  # a thread's current GPU is device 0
         except RuntimeError as exc:
             self.send(Oracled(False, str(exc)))
             return
@@ -296,7 +297,8 @@ class Side:
     def _in_own_arena(self, work, *args):
         """Run `work` in a thread of its own. glibc gives a new thread its own malloc arena, whose
         heaps cannot hold blocks of 64 MiB or more (those are mapped and unmapped whole), so the
-        oracle's float64 copies do not reshape the heap the timed calls allocate from."""
+        oracle's float64 copies do not reshape the heap the timed calls allocate from. CPU only: on a
+        GPU the timed work is on the device, and a new thread's current device is device 0."""
         import threading
 
         box: list = []
