@@ -695,3 +695,11 @@ def test_process_counters_read_what_the_kernel_counted():
     assert set(delta) == {"minor_faults", "major_faults", "cpu_s", "voluntary_switches", "involuntary_switches"}
     assert process_counters.read(None) is None and process_counters.read(2**22 + 12345) is None
     assert process_counters.change(None, before) is None
+
+
+def test_work_in_its_own_arena_returns_or_raises_as_called():
+    from cuda_l1.evaluate.warmup import in_own_arena
+
+    assert in_own_arena(lambda a, b: a + b, 2, 3) == 5
+    with pytest.raises(RuntimeError, match="no float64 kernel"):
+        in_own_arena(lambda: (_ for _ in ()).throw(RuntimeError("no float64 kernel")))

@@ -27,7 +27,7 @@ from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, Loade
                                        Verify, encode)
 from cuda_l1.evaluate.rebinding import rebound, snapshot
 from cuda_l1.evaluate.validate import decode
-from cuda_l1.evaluate.warmup import prewarm, probe_ipc
+from cuda_l1.evaluate.warmup import in_own_arena, prewarm, probe_ipc
 
 
 def _traceback(exc: BaseException, filename: str) -> str:
@@ -287,34 +287,12 @@ class Side:
     def oracle(self, msg: Oracle) -> None:
         self.oracle_kept = None
         try:
-            self.oracle_kept = (self._in_own_arena(self._oracle_outputs, msg.slot) if self.device == "cpu"
+            self.oracle_kept = (in_own_arena(self._oracle_outputs, msg.slot) if self.device == "cpu"
                                 else self._oracle_outputs(msg.slot))  # a thread's current GPU is device 0
         except RuntimeError as exc:
             self.send(Oracled(False, str(exc)))
             return
         self.send(Oracled(True, call=self.describer.full(self.oracle_kept)))
-
-    def _in_own_arena(self, work, *args):
-        """Run `work` in a thread of its own. glibc gives a new thread its own malloc arena, whose
-        heaps cannot hold blocks of 64 MiB or more (those are mapped and unmapped whole), so the
-        oracle's float64 copies do not reshape the heap the timed calls allocate from. CPU only: on a
-        GPU the timed work is on the device, and a new thread's current device is device 0."""
-        import threading
-
-        box: list = []
-
-        def run():
-            try:
-                box.append((True, work(*args)))
-            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-                box.append((False, exc))
-        thread = threading.Thread(target=run, name="cuda-l1-oracle")
-        thread.start()
-        thread.join()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
 
     def verify(self, msg: Verify) -> None:
         """Compare a round's checked calls with this side's own (the reference side on CUDA)."""
