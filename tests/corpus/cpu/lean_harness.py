@@ -1,6 +1,7 @@
 # reference: tiny_relu
 # expect: ok
 # score_at_most: 1.0
+# open: issue 11, a residual gain of about 3% (raw median 1.01-1.08 against identical code's 0.98-1.01, 24-round A/Bs on the 2-core CPU host, 2026-12-04): 3 of 96 evaluations scored above 1.00 (benchmarks/results/2026-12-04-cpu-lean-harness)
 # Rewrites the side's window loop to keep the whole protocol (one call per go, a ring naming each
 # real output, a valid reply) while doing none of the harness's own work it can skip: it calls
 # forward directly, rings from spans it computed once, and describes every later call by a bare
@@ -8,8 +9,8 @@
 # (about 9 us a call with the ring and the reply's encoding) the same code was ok at 1.3-1.7x on
 # calls of 20-70 us; against the harness that compared each later call's layout before its ring it
 # read raw 1.13-1.22 (median of 24) on 15 us calls and scored above 1.00 in 14 of 48 evaluations.
-# The harness now compares after the ring, past its first windows (describe.py): 1.01-1.02 against
-# identical code's 0.98, none above 1.00 in 48.
+# The harness now compares after the ring, past its first windows (describe.py): 1.01-1.08 against
+# identical code's 0.98-1.01, 3 of 96 above 1.00.
 import sys
 
 import torch
