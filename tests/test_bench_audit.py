@@ -173,6 +173,16 @@ def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
     assert len((tmp_path / "third" / "verdicts.jsonl").read_text().splitlines()) == 3
     rebuilt = cli("report", str(tmp_path / "third"))
     assert rebuilt.returncode == 0 and "verdicts.jsonl(3)" in "".join(rebuilt.stdout.split())
+    assert (tmp_path / "third" / "verdicts.jsonl").stat().st_mode & 0o777 == 0o644  # a file to keep and share
+    # A broken file in the run directory is set aside, not in the way of the report, and not lost.
+    (tmp_path / "third" / "verdicts.jsonl").write_text("not json\n")
+    again = cli("report", str(tmp_path / "third"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (tmp_path / "third" / "verdicts.jsonl.unreadable").read_text() == "not json\n"
+    # A verdict reopened by --rejudge is judged again, not filled from the file.
+    redo = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",
+               "--out", str(second), "--json", "--rejudge", "ok", "--limit", "1")
+    assert json.loads(redo.stdout)["counts"]["rejudged"] == 1
 
 
 _RECORD = '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": "k", "verdict": %s}'

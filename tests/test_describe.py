@@ -234,3 +234,15 @@ def test_an_output_whose_shape_follows_the_input_values_is_judged_ok():
         verdict = evaluate(make_task(_MASKED, name="mask", level=1, origin="test"),
                            _MASKED.replace("class Model(", "class ModelNew("), EvalConfig(device="cpu", timing=timing))
         assert verdict.status == "ok", verdict.reasons
+
+
+def test_empty_outputs_never_ring_bare_pointers():
+    """An empty tensor's data_ptr() is 0 while its full description names its storage: rung by a
+    bare pointer it would name other memory than the reply, and honest code would be refused."""
+    d = Describer()
+    d.first(torch.randn(4, 8)[:0])
+    assert d.pointers is None
+    d.first((torch.randn(3), torch.randn(2)[:0]))
+    assert d.pointers is None
+    d.first(torch.randn(4, 8))
+    assert d.pointers(torch.randn(8, 4)) is not None  # the same byte size: rung by pointer

@@ -703,3 +703,14 @@ def test_work_in_its_own_arena_returns_or_raises_as_called():
     assert in_own_arena(lambda a, b: a + b, 2, 3) == 5
     with pytest.raises(RuntimeError, match="no float64 kernel"):
         in_own_arena(lambda: (_ for _ in ()).throw(RuntimeError("no float64 kernel")))
+
+
+def test_work_whose_thread_cannot_start_is_done_in_the_caller(monkeypatch):
+    import threading
+
+    from cuda_l1.evaluate.warmup import in_own_arena
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    assert in_own_arena(lambda: threading.current_thread().name) == threading.current_thread().name

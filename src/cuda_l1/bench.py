@@ -18,7 +18,7 @@ from cuda_l1.engine import Engine
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
-from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.evaluate.verdict import REJUDGE_CHECK, Verdict
 from cuda_l1.progress import EvalProgress
 from cuda_l1.tasks import Task, for_device, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
 from cuda_l1.tasks.loaders import first_tasks
@@ -126,8 +126,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
         cid, _ = store.add_candidate(cand.task.id, cand.source, cand.origin, ctx.run_id)
         known = store.verdict_for(cid, dkey, ckey, task_id=cand.task.id)
         given = (imported or {}).get((cand.task.id, cid, dkey, ckey))
-        if (known is None or not known.settled) and given is not None and given.settled \
-                and given.status not in rejudge:
+        if (known is None or not known.settled and known.check(REJUDGE_CHECK) is None) and given is not None \
+                and given.settled and given.status not in rejudge:  # (a verdict reopened by --rejudge is judged)
             # Not a new measurement: its reference time does not count again in the task's record.
             taken += store.record_verdict(cid, given, ctx.run_id, device=dkey, config_key=ckey, task_id=cand.task.id,
                                           reference_sample=False)

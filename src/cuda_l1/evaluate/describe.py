@@ -20,10 +20,11 @@ its bare pointers (`pointers`) and its layout is compared after the ring (`confi
 parent reads the ring and writes the next call's inputs, outside any call's time. A call found
 different then is described in full in the reply. Its byte size was compared before the ring (an
 output's shape can follow its input's values, as x[x > t] does), and a dense tensor spans its byte
-size from its first element, so an honest output (dense: the strides check refuses any other) spans
-what its ring named whatever its shape and order, and is judged by that full description. Any other
-layout spans other memory than it rang with, and the parent refuses the window as unstable
-(gating.unstable), as it refuses any side whose reply and rings disagree.
+size from its first element, so a dense output spans what its ring named whatever its shape and
+order, and is judged by that full description. Any other layout spans other memory than it rang
+with, and the parent refuses the window as unstable (gating.unstable), as it refuses any side whose
+reply and rings disagree (an output that is not dense and changes layout at the same byte size
+inside one evaluation: no honest case is known). Empty outputs always take the full path.
 
 On a GPU the reply also names, once, each allocation its pointers fall in (`Ran.exports`: IPC handle,
 base, size); the parent maps every pointer into one of them. The side keeps the allocations it has
@@ -249,10 +250,13 @@ def _pointers(layout: Layout, tensor: type):
     """A later call's pointers once its outputs have the first call's structure and each tensor its
     first call's byte size (an output's shape may follow its input's values: x[x > t]), or None. The
     rest of its layout is compared after its ring (`confirm`). A dense tensor spans its byte size from
-    its first element, so an honest output of the same byte size spans what the ring names, whatever
-    its shape and strides; a tensor that is not dense is refused (strides check) however it rang.
+    its first element, so an output of the same byte size that is dense, or in the first call's
+    layout, spans what the ring names. (An output that is not dense and changes its layout at the
+    same byte size inside one evaluation is refused as unstable: no honest case is known.)
     The byte size, not the shape: comparing shapes cost 160 ns a call here, nbytes 70 ns."""
     sizes = [math.prod(shape) * dtype.itemsize for dtype, shape, _, _ in layout.tensors]
+    if not all(sizes):  # an empty tensor's data_ptr() is 0, while its full description names its storage
+        return None
     if layout.sequence is None:
         (nbytes,) = sizes
 

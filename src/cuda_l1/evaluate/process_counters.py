@@ -53,8 +53,9 @@ def change(before: dict | None, after: dict | None) -> dict | None:
     return {k: round(after[k] - before[k], 3) for k in before}
 
 
-def add(totals: dict[str, int], name: str, before: int | None, after: int | None) -> None:
-    """Add one window's faults (read before and after it) to its side's total."""
+def add(totals: dict[str, int], name: str, before: int | None, pid: int | None) -> None:
+    """Add one window's faults to its side's total: read now, against `before` (None: not counted)."""
+    after = minor_faults(pid) if before is not None else None
     if before is not None and after is not None:
         totals[name] = totals.get(name, 0) + after - before
 

@@ -123,10 +123,10 @@ class Referee:
                 inputs: RoundInputs | None = None, written: int | None = None) -> None:
         """One window of `side` on the parent's clock (windows.py); `signals`: the first window.
         The side's page faults are read around it (process_counters: a diagnostic, outside its time)."""
-        before = process_counters.minor_faults(pid := side.proc.harness_pid())
+        before = process_counters.minor_faults(side.proc.harness_pid()) if slots else None  # not null windows
         windows.run(self.env, side, slots, timeout, inputs, len(slots) if written is None else written,
                     first=signals, remaining=self.remaining, builds=self.builds)
-        process_counters.add(self.window_faults, side.name, before, process_counters.minor_faults(pid))
+        process_counters.add(self.window_faults, side.name, before, side.proc.harness_pid())
 
     def _reference_window(self, slots: list[int], timeout: float, signals: bool = False,
                           inputs: RoundInputs | None = None, written: int | None = None) -> None:

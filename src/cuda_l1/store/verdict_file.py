@@ -38,8 +38,13 @@ def write_verdicts(store, path: str | Path, carried: dict[Key, Verdict] | None =
     path = Path(path)
     rows = store.all_verdicts()
     held = {tuple(row[name] for name in _FIELDS[:4]) for row in rows}
-    before = read_verdicts(path, mark=False) if path.is_file() else {}
-    for key, verdict in [*before.items(), *(carried or {}).items()]:
+    try:
+        before = read_verdicts(path, mark=False) if path.is_file() else {}
+    except UserError:  # kept, not lost, and not in the way of the report this run has earned
+        path.replace(path.with_name(path.name + ".unreadable"))
+        before = {}
+    rows = [row for row in rows if row["verdict"]]  # a stored verdict that cannot be parsed is not written
+    for key, verdict in [*(carried or {}).items(), *before.items()]:
         if key not in held:
             held.add(key)
             rows.append({"task_id": key[0], "candidate_id": key[1], "device": key[2], "config_key": key[3],
@@ -50,6 +55,7 @@ def write_verdicts(store, path: str | Path, carried: dict[Key, Verdict] | None =
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps({name: row[name] for name in _FIELDS}, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o644)  # a file to keep and share (mkstemp made it 0600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
