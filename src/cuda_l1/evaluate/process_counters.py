@@ -19,11 +19,10 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def read(pid: int | None) -> dict | None:
     """The process's counters now (faults and CPU seconds of all its threads; context switches of
     its main thread), or None where /proc cannot tell (another OS, a process gone)."""
-    if pid is None:
+    fields = _stat(pid)
+    if fields is None:
         return None
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
             status = dict(line.split(":", 1) for line in fh if ":" in line)
         # After the name: state is field 3 of stat(5), so field n is fields[n - 3].
@@ -37,12 +36,21 @@ def read(pid: int | None) -> dict | None:
 
 def minor_faults(pid: int | None) -> int | None:
     """The process's minor page faults so far (one file read, for around every window), or None."""
+    fields = _stat(pid)
+    try:
+        return int(fields[7]) if fields is not None else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _stat(pid: int | None) -> list[str] | None:
+    """/proc/PID/stat's fields after the process name (which may hold spaces and parentheses)."""
     if pid is None:
         return None
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[7])
-    except (OSError, ValueError, IndexError):
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
 
 

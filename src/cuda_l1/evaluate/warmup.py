@@ -34,25 +34,14 @@ def in_own_arena(work, *args):
     side's float64 oracle does not grow and reshape the heap its timed calls allocate from: in the
     main thread it did, and that side then page-faulted 5-55% less inside its windows than the
     candidate's running the same code. CPU sides only: a new thread's current GPU is device 0."""
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
-    box: list = []
-
-    def run():
-        try:
-            box.append((True, work(*args)))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            box.append((False, exc))
-    thread = threading.Thread(target=run, name="cuda-l1-oracle")
     try:
-        thread.start()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-l1-oracle") as pool:
+            future = pool.submit(work, *args)
     except RuntimeError:  # no thread to be had (address-space limit): the work is done, here
         return work(*args)
-    thread.join()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
+    return future.result()  # its value, or its exception raised here
 
 
 def prewarm(device: str) -> None:
