@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from corpus_util import cases
+from corpus_util import cases, params
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.evaluator import Evaluator
 from cuda_l1.evaluate.config import SandboxConfig
@@ -56,7 +56,7 @@ def check_case(case, verdict) -> None:
             assert verdict.raw_speedup <= case.bounds["speedup_at_most"], summary
 
 
-@pytest.mark.parametrize("name", sorted(GPU_CASES))
+@pytest.mark.parametrize("name", params(GPU_CASES))
 def test_gpu_corpus(name, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
     case = GPU_CASES[name]

@@ -49,6 +49,8 @@ def test_broken_reference_is_bad_input(tmp_path):
     assert out.returncode == 2 and "syntax error" in out.stderr and "Traceback" not in out.stderr
     out = run_eval(CORPUS / "refs" / "relu_add.py", tmp_path / "missing.py")
     assert out.returncode == 2 and "no such file" in out.stderr
+    out = run_eval(tmp_path, CORPUS / "cpu" / "identical.py")
+    assert out.returncode == 2 and "a directory, not a file" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_same_candidate_twice_same_status():

@@ -13,6 +13,7 @@ from cuda_l1.cli.app import app, console, print_json
 from cuda_l1.devices import Device
 from cuda_l1.errors import UserError
 from cuda_l1.tasks import load_task_file
+from cuda_l1.tasks.loaders import not_a_file
 
 
 def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: bool = False,
@@ -39,7 +40,7 @@ def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: b
 
 def _read_candidate(path: Path) -> str:
     if not path.is_file():
-        raise UserError("no such file.", path=str(path))
+        raise UserError(not_a_file(path), path=str(path))
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

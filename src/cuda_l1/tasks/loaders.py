@@ -31,6 +31,11 @@ class SolutionRecord:
     record: dict = field(default_factory=dict)  # the remaining fields, untouched
 
 
+def not_a_file(path: Path) -> str:
+    """Why `path` is not a file to read: it is missing, or a directory."""
+    return "a directory, not a file." if path.is_dir() else "no such file."
+
+
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -53,7 +58,7 @@ def _sort_key(path: Path) -> tuple:
 def load_task_file(path: str | Path, level: int | None = None) -> Task:
     path = Path(path)
     if not path.is_file():
-        raise TaskError("no such file.", path=str(path))
+        raise TaskError(not_a_file(path), path=str(path))
     return make_task(
         _read_text(path), name=path.stem, level=_level_of(path) if level is None else level, origin=str(path)
     )
@@ -118,7 +123,7 @@ def load_solutions_jsonl(path: str | Path) -> list[SolutionRecord]:
     """Read a JSONL solution set: one JSON object per line with level_id, task_id, ref_code, custom_code."""
     path = Path(path)
     if not path.is_file():
-        raise TaskError("no such file.", path=str(path))
+        raise TaskError(not_a_file(path), path=str(path))
     text = _read_text(path)
     records: list[SolutionRecord] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
