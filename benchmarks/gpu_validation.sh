@@ -22,6 +22,9 @@
 #               (preload_effect.py on PRELOAD_TASK of .data/KernelBench, 3 verdicts with and without)
 #   verify-cost what a full comparison of one large output costs (verify_cost.py; VERIFY_NUMEL float32
 #               values, default 1610612736: the 6 GiB outputs of KernelBench's 4096 x 393216 tasks)
+#   ring-cost   what a per-call doorbell would cost on the GPU (gpu_ring_cost.py: the child synchronising
+#               and ringing after each call, the parent copying the next slot and reading a few output
+#               positions from its own context), a launch-bound, a mid-size and a large tanh, and a matmul
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
 #   (audit, kb-bench: AUDIT_VERDICTS / KB_VERDICTS name a verdicts.jsonl of an earlier run, kept where the
@@ -112,6 +115,9 @@ for s in "${steps[@]}"; do
         --out "$out/compile-time.json" ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
         --out "$out/throughput.json" ;;
+    ring-cost) step ring-cost "${RING_S:-240}" bash -c "$py benchmarks/gpu_ring_cost.py --op tanh \
+        --numel 1024 262144 16777216 --out '$out/ring-cost-tanh.json' && $py benchmarks/gpu_ring_cost.py \
+        --op matmul --numel 65536 1048576 --out '$out/ring-cost-matmul.json'" ;;
     sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;
     main-job) step main-job "${MAIN_JOB_S:-540}" bash -c \
         "time $py -m cuda_l1 optimize builtin --out /tmp/runs-builtin ${MAIN_JOB_ARGS:-}; cp /tmp/runs-builtin/*.json /tmp/runs-builtin/*.md '$out/' 2>/dev/null; true" ;;
