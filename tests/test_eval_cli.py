@@ -53,6 +53,28 @@ def test_broken_reference_is_bad_input(tmp_path):
     assert out.returncode == 2 and "a directory, not a file" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_sources_too_deep_for_the_parser_are_judged_or_refused(tmp_path):
+    """A chain of thousands of operators makes Python's parser raise RecursionError (MemoryError for
+    100,000 unary minus signs): a candidate's is a compile_error verdict, a reference's bad input."""
+    honest = (CORPUS / "refs" / "relu_add.py").read_text()
+    deep = "\nDEEP = " + "+".join(["1"] * 5000) + "\n"
+    cand, ref = tmp_path / "cand.py", tmp_path / "ref.py"
+    cand.write_text(honest.replace("class Model(", "class ModelNew(") + deep)
+    ref.write_text(honest + deep)
+    out = run_eval(CORPUS / "refs" / "relu_add.py", cand, "--json", "--no-timing")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "compile_error"
+    out = run_eval(ref, CORPUS / "cpu" / "identical.py")
+    assert out.returncode == 2 and "nested too deeply" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_static_scan_never_raises_on_absurd_nesting():
+    from cuda_l1.evaluate import static_scan
+
+    for source in ("x = " + "+".join(["1"] * 5000), "x = " + "-" * 100_000 + "1", "x = " + "(" * 300 + ")" * 300):
+        assert isinstance(static_scan.scan(source), dict)
+
+
 def test_same_candidate_twice_same_status():
     from corpus_util import cases
     from cuda_l1.evaluate.config import EvalConfig

@@ -65,9 +65,9 @@ def scan(source: str) -> dict[str, list[str]]:
                     hits.append(f"line {number}: {line.strip()[:120]}")
         if hits:
             findings[category] = sorted(set(hits), key=lambda h: int(h.split(":")[0].split()[1]))[:8]
-    try:
+    try:  # a source too deep for the parser (a chain of thousands of operators) is judged, not a crash
         patches = _patching(ast.parse(source))
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         patches = []
     if patches:
         findings["monkeypatching"] = patches[:8]

@@ -99,6 +99,8 @@ def check_task_source(source: str, origin: str) -> str:
         ) from None
     except ValueError as exc:  # e.g. null bytes in the source
         raise TaskError(f"cannot parse the source: {exc}.", path=origin) from None
+    except (RecursionError, MemoryError):  # a chain of thousands of operators, say
+        raise TaskError("cannot parse the source: nested too deeply for Python's parser.", path=origin) from None
 
     defined: dict[str, ast.AST] = {}
     for node in tree.body:
