@@ -21,6 +21,7 @@ class _Proc:
 
     device = "cpu"
     killed = ""
+    frozen: set = set()  # the tree as last stopped (gating.Gate stops it while answering large slots)
 
     def harness_pid(self):
         return os.getpid()
@@ -179,7 +180,8 @@ def test_a_ring_wakes_the_parent_only_while_it_sleeps_and_a_sleeping_parent_is_w
             pass
 
     class _Side:  # what a Gate needs of a side: its process, its buffer, its ring page and sequence
-        proc, buffer, ring, next_seq = _Quiet(), None, page, 100
+        proc, ring, next_seq = _Quiet(), page, 100
+        buffer = type("Buffer", (), {"source": type("Source", (), {"slot_bytes": 4096})()})()
 
     gate = Gate(_Side(), [0], 1, lambda slot: None, spin_s=0.0)  # never polls: sleeps on the futex at once
     read_end, write_end = os.pipe()
