@@ -127,6 +127,10 @@ class SideGroup:
     def thaw(self) -> None:
         self._write("cgroup.freeze", "0")
 
+    def set_frozen(self, frozen: bool) -> None:
+        """Start freezing the group, or thaw it, without waiting for the kernel to report it."""
+        self._write("cgroup.freeze", "1" if frozen else "0")
+
     def cpu_usec(self) -> int:
         """CPU time the group's tasks used, alive and ended."""
         for line in self._read("cpu.stat").splitlines():

@@ -147,6 +147,11 @@ class SideProcess:
             return self._harness
         return self.proc.pid
 
+    @property
+    def freezer(self):
+        """The cgroup the side's last freeze() went through (None: it was stopped by signals)."""
+        return self.group if self._frozen_by_group else None
+
     def _grouped(self) -> bool:
         """Whether the side is in its cgroup (it joins first thing; the parent checks the kernel's list)."""
         if self.group is None or self.proc is None:

@@ -83,7 +83,7 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
         side.harness_per_call.append(side.ran.harness_s / len(slots))
     side.leaves_per_call = reply_limit.reference_leaves(side.ran) or side.leaves_per_call
     if not gpu:
-        gate.finish(side.ran)
+        gate.finish(side.ran, first)
         side.rungs = gate.rungs
     side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
 
