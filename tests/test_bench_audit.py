@@ -3,6 +3,7 @@ missing candidate and an exploit."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 import subprocess
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cuda_l1.errors import UserError
+from cuda_l1.store.verdict_file import read_verdicts
 
 CORPUS = Path(__file__).parent / "corpus"
 REF = (CORPUS / "refs" / "relu_add.py").read_text()
@@ -126,8 +130,8 @@ def test_a_resumed_bench_runs_only_the_references_it_still_needs(kb_dir, tmp_pat
 
     checked: list[list[str]] = []
     real = bench.check_references
-    monkeypatch.setattr(bench, "check_references", lambda tasks, device: (checked.append(sorted(t.key for t in tasks)),
-                                                                         real(tasks, device)))
+    monkeypatch.setattr(bench, "check_references", lambda tasks, device, **kw: (
+        checked.append(sorted(t.key for t in tasks)), real(tasks, device, **kw))[1])
     config = EvalConfig(device="cpu", timing=TimingConfig.quick())
     out = tmp_path / "run"
     run = lambda **kw: bench.run_bench(str(kb_dir), str(out), strategies=["eager"], levels=None, device="cpu",  # noqa: E731
@@ -137,6 +141,43 @@ def test_a_resumed_bench_runs_only_the_references_it_still_needs(kb_dir, tmp_pat
     assert run()["counts"]["skipped"] == 2
     assert checked == [["L1/1_ReluAdd"], ["L1/2_Softmax"]]
 
+
+
+def test_a_reference_that_ran_is_not_run_again_in_its_run_directory(kb_dir, tmp_path, monkeypatch):
+    """A KernelBench run stopped by its time limit had run the references of tasks it never reached: each
+    later call ran them all again, 70-95 s of a 400 s call on an H200 before its first verdict. The
+    run directory's store remembers each that ran, per device and software versions; a broken one is
+    never filed, so it fails again on the next call."""
+    import cuda_l1.tasks.runtime as runtime
+    from cuda_l1.bench import check_references
+    from cuda_l1.devices import as_device, device_key
+    from cuda_l1.errors import TaskError
+    from cuda_l1.store import Store
+    from cuda_l1.tasks import load_tasks
+
+    ran: list[str] = []
+    real = runtime.check_reference
+    monkeypatch.setattr(runtime, "check_reference", lambda task, device: (ran.append(task.key), real(task, device)))
+    tasks, cpu = load_tasks(str(kb_dir)), as_device("cpu")
+    store = Store(tmp_path / "history.sqlite")
+    for task in tasks:
+        store.add_task(task)
+    assert check_references(tasks, cpu, store=store)["checked"] == 2
+    again = check_references(tasks + tasks, cpu, store=store)
+    assert (again["checked"], again["known"], len(ran)) == (0, 2, 2)
+    assert check_references(tasks, cpu)["checked"] == 2  # without a store every reference runs
+    monkeypatch.setattr("cuda_l1.evaluate.device.versions_key", lambda device: "torch=another")
+    assert check_references(tasks, cpu, store=store)["checked"] == 2  # new versions: checked again
+
+    def broken(task, device):
+        raise TaskError("Model.forward(*get_inputs()) raised")
+    monkeypatch.setattr(runtime, "check_reference", broken)
+    monkeypatch.setattr("cuda_l1.evaluate.device.versions_key", lambda device: "torch=a-third")
+    with pytest.raises(TaskError):
+        check_references(tasks, cpu, store=store)
+    assert store.checked_references(device_key(cpu), "torch=another") == {task.id for task in tasks}
+    assert store.checked_references(device_key(cpu), "torch=a-third") == set()
+    store.close()
 
 def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
     """verdicts.jsonl carries ids and numbers, never code, and a fresh run directory over the same tasks
@@ -184,6 +225,23 @@ def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
                "--out", str(second), "--json", "--rejudge", "ok", "--limit", "1")
     assert json.loads(redo.stdout)["counts"]["rejudged"] == 1
 
+
+
+def test_a_gzipped_verdicts_file_reads_as_the_plain_one(tmp_path):
+    """A thousand KernelBench verdicts are ~7 MB of text: a `.gz` copy is what a results repository keeps,
+    and it resumes a run the same; a truncated or foreign one is bad input, not a traceback."""
+    plain = tmp_path / "verdicts.jsonl"
+    records = [(_RECORD % '{"status": "ok", "speedup": %s, "ci": [1.0, 2.0]}' % v).replace('"b"', f'"b{v}"')
+               for v in (1.5, 2.5)]
+    plain.write_text("\n".join(records) + "\n")
+    packed = tmp_path / "verdicts.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    want, got = read_verdicts(plain, mark=False), read_verdicts(packed, mark=False)
+    assert len(got) == 2 and {k: v.to_dict() for k, v in got.items()} == {k: v.to_dict() for k, v in want.items()}
+    for broken in (gzip.compress(plain.read_bytes())[:30], plain.read_bytes()):
+        packed.write_bytes(broken)
+        with pytest.raises(UserError, match="cannot read the verdicts file"):
+            read_verdicts(packed)
 
 _RECORD = '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": "k", "verdict": %s}'
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
     clear of them). `rejudge`: statuses whose stored verdicts are judged again (Store.reopen_verdict).
     `check` sees the tasks left to judge before any is (check_references: a resumed run of 250 tasks
-    ran every reference once more, minutes on a GPU, for the few left). `imported`: verdicts read from a
+    ran every reference once more, minutes on a GPU, for the few left); what it returns is said when
+    `progress` is on. `imported`: verdicts read from a
     verdicts file (store.verdict_file), filed for the candidates they match instead of judging them
     again (a settled one whose status is not in `rejudge`). Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
@@ -143,7 +145,11 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     if not todo:  # a finished run resumed: no pool is started
         return counts
     if check is not None:
-        check(list({cand.task.id: cand.task for cand, _ in todo}.values()))
+        checked = check(list({cand.task.id: cand.task for cand, _ in todo}.values()))
+        if progress and isinstance(checked, dict) and checked.get("checked"):
+            print(f"ran {checked['checked']} reference(s) once before judging ({checked['seconds']:.0f} s)"
+                  + (f"; {checked['known']} had run before in this run directory" if checked["known"] else ""),
+                  file=sys.stderr, flush=True)
     with make_pool(cluster, config.device, config, workers) as pool:
         engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
         futures = {engine.submit(cand.task, cid, cand.source, thresholds=decides_at(cand) if decides_at else ()): cand
@@ -175,22 +181,41 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
     return text
 
 
-def check_references(tasks: Iterable[Task], device: Device) -> None:
+def check_references(tasks: Iterable[Task], device: Device, store=None) -> dict:
     """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
-    instead of as a failing verdict of each candidate. Skipped for GPUs that only a cluster has."""
+    instead of as a failing verdict of each candidate. Skipped for GPUs that only a cluster has. With
+    `store` (a run directory's), a reference that ran there before on this device and these software
+    versions is not run again, and each one that runs is filed at once (an interrupted check keeps what
+    it did). Returns {"checked": run now, "known": taken from the store, "seconds": the time it took}."""
+    import time
+
     import torch
 
+    from cuda_l1.evaluate.device import normalize_device, versions_key
     from cuda_l1.tasks.runtime import check_reference
 
+    result = {"checked": 0, "known": 0, "seconds": 0.0}
     if device.remote:
-        return
+        return result
+    started = time.perf_counter()
+    keys = (device_key(device), versions_key(normalize_device(str(device)))) if store is not None else None
+    known = store.checked_references(*keys) if store is not None else set()
     seen: set[str] = set()
     for task in tasks:
-        if task.id not in seen:
-            seen.add(task.id)
-            check_reference(task, str(device))
-    if device.is_cuda:
+        if task.id in seen:
+            continue
+        seen.add(task.id)
+        if task.id in known:
+            result["known"] += 1
+            continue
+        check_reference(task, str(device))
+        result["checked"] += 1
+        if store is not None:
+            store.record_reference_check(task.id, *keys)
+    if device.is_cuda and result["checked"]:
         torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
 
 
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
@@ -276,7 +301,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     try:
         counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
                                      progress=progress, rejudge=rejudge, imported=imported,
-                                     check=lambda tasks: check_references(tasks, device))
+                                     check=lambda tasks: check_references(tasks, device, store=ctx.store))
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()

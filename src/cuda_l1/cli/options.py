@@ -79,7 +79,8 @@ def rejudge() -> typer.models.OptionInfo:
 def verdicts_from() -> typer.models.OptionInfo:
     return typer.Option(None, "--verdicts-from", metavar="FILE",
                         help="A verdicts.jsonl (written by bench, audit and report): its verdicts are taken for the "
-                        "same programs on the same device under the same settings instead of judging them again.")
+                        "same programs on the same device under the same settings instead of judging them again (a .gz file is "
+                        "read as gzip).")
 
 
 def parse_statuses(text: str) -> frozenset[str]:

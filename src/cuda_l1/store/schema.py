@@ -143,6 +143,18 @@ MIGRATIONS: list[list[Step]] = [
         f"""CREATE TRIGGER verdicts_have_exact_ids BEFORE INSERT ON verdicts
             WHEN length(NEW.candidate_id) != 16 BEGIN SELECT RAISE(ABORT, '{_STALE_WRITER}'); END""",
     ],
+    # 3: references that ran once as the evaluator runs them (bench.check_references), per device and
+    # software versions. A resumed KernelBench run checked every reference it had not judged yet again
+    # at each start: 70-95 s of a 400 s call on an H200 before its first verdict.
+    [
+        """CREATE TABLE reference_checks (
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            device TEXT NOT NULL,
+            versions_key TEXT NOT NULL,          -- as reference_timings: new versions check again
+            checked_at REAL NOT NULL,
+            PRIMARY KEY (task_id, device, versions_key)
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
