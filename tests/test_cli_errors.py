@@ -8,9 +8,11 @@ could not do its work exits 1.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,22 @@ def test_bench_over_a_folder_with_a_broken_task_names_it_before_evaluating(tmp_p
     assert_one_paragraph(proc, 2, "2_bad.py", "line 9", "forward broke")
     assert not (tmp_path / "run" / "history.sqlite").exists()  # no candidate was blamed for it
 
+
+
+def test_a_broken_task_found_while_the_workers_start_ends_the_run_at_once(tmp_path):
+    """Without the noise check, references are checked while the pool's workers start (their start
+    overlaps the check): a broken one still ends the run as bad input, the workers stopped, not waited for."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "1_good.py").write_text(GOOD_TASK)
+    (folder / "2_bad.py").write_text(GOOD_TASK.replace("return x * 2", 'raise ValueError("forward broke")'))
+    started = time.monotonic()
+    proc = cli("bench", str(folder), "--device", "cpu", "--strategies", "eager", "--no-calibrate",
+               "--out", str(tmp_path / "run"))
+    assert_one_paragraph(proc, 2, "2_bad.py", "line 9", "forward broke")
+    assert time.monotonic() - started < 60
+    with sqlite3.connect(tmp_path / "run" / "history.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 0  # no candidate was blamed
 
 def test_task_descriptions_keep_their_square_brackets(tmp_path):
     (tmp_path / "1_pair.py").write_text(GOOD_TASK)

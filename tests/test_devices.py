@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from cuda_l1 import devices
@@ -81,3 +84,16 @@ def test_spelling_rules_shared_by_the_config_check_and_the_training_ranks(gpus):
     assert not names_gpus("auto") and names_gpus("auto", cluster="ray")
     gpus(1)
     assert names_gpus("auto")
+
+
+def test_gpus_are_counted_without_importing_torch_and_as_torch_counts_them():
+    """Parsing --device and starting a pool counted GPUs through torch, and every worker's start waited
+    for that import (5 s on an H200 host). The driver is asked instead; the count is torch's."""
+    probe = ("import sys; from cuda_l1.devices import local_gpu_count; n = local_gpu_count(); "
+             "print(n, 'torch' in sys.modules); import torch; "
+             "print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ours, after = out.stdout.split("\n")[:2]
+    count, imported = ours.split()
+    assert imported == "False" and int(count) == int(after)

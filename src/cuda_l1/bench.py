@@ -115,9 +115,9 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     arrives (a kill loses nothing already judged). `on_result` sees each evaluated one; `decides_at`
     gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
     clear of them). `rejudge`: statuses whose stored verdicts are judged again (Store.reopen_verdict).
-    `check` sees the tasks left to judge before any is (check_references: a resumed run of 250 tasks
-    ran every reference once more, minutes on a GPU, for the few left); what it returns is said when
-    `progress` is on. `imported`: verdicts read from a
+    `check` sees the tasks left to judge before any is, while the pool's workers start (check_references:
+    a resumed run of 250 tasks ran every reference once more, minutes on a GPU, for the few left); what
+    it returns is said when `progress` is on. `imported`: verdicts read from a
     verdicts file (store.verdict_file), filed for the candidates they match instead of judging them
     again (a settled one whose status is not in `rejudge`). Returns counts."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
@@ -144,13 +144,17 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
               "rejudged": reopened, "imported": taken}
     if not todo:  # a finished run resumed: no pool is started
         return counts
-    if check is not None:
-        checked = check(list({cand.task.id: cand.task for cand, _ in todo}.values()))
-        if progress and isinstance(checked, dict) and checked.get("checked"):
-            print(f"ran {checked['checked']} reference(s) once before judging ({checked['seconds']:.0f} s)"
-                  + (f"; {checked['known']} had run before in this run directory" if checked["known"] else ""),
-                  file=sys.stderr, flush=True)
     with make_pool(cluster, config.device, config, workers) as pool:
+        if check is not None:  # while the workers start (imports, fork server, spare sides: 10-15 s on a GPU)
+            try:
+                checked = check(list({cand.task.id: cand.task for cand, _ in todo}.values()))
+            except BaseException:
+                pool.abort()  # nothing was submitted: a broken reference ends the run now
+                raise
+            if progress and isinstance(checked, dict) and checked.get("checked"):
+                print(f"ran {checked['checked']} reference(s) once before judging ({checked['seconds']:.0f} s)"
+                      + (f"; {checked['known']} had run before in this run directory" if checked["known"] else ""),
+                      file=sys.stderr, flush=True)
         engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
         futures = {engine.submit(cand.task, cid, cand.source, thresholds=decides_at(cand) if decides_at else ()): cand
                    for cand, cid in todo}

@@ -7,6 +7,7 @@ the cluster's, so a driver without one may still ask for cuda. No torch at impor
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from cuda_l1.errors import UserError
@@ -53,10 +54,40 @@ def names_gpus(text: str | None, cluster: str = "local") -> bool:
 
 
 def local_gpu_count() -> int:
-    """GPUs this host's torch sees (0 without CUDA)."""
+    """GPUs this process may use on this host (CUDA_VISIBLE_DEVICES honoured; 0 without CUDA). Asked of
+    the CUDA driver through ctypes while torch is not imported: parsing --device and starting a pool's
+    workers waited for an import of torch (5 s on an H200 host) that nothing else there needed. Through
+    torch where it is imported already, or where the driver answers with an error."""
+    if "torch" not in sys.modules:
+        count = _driver_gpu_count()
+        if count is not None:
+            return count
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+_CUDA_ERROR_NO_DEVICE = 100
+
+
+def _driver_gpu_count() -> int | None:
+    """cuInit, then cuDeviceGetCount: 0 where no driver library is installed or it sees no device,
+    None where it fails otherwise (torch then decides)."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        code = lib.cuInit(0)
+        if code == _CUDA_ERROR_NO_DEVICE:
+            return 0
+        count = ctypes.c_int(0)
+        if code != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return None
+    except OSError:  # no driver library: no GPU torch could use either
+        return 0
+    except AttributeError:  # a library without the driver API's names
+        return None
+    return count.value
 
 
 def parse_device(text: str | None, cluster: str = "local", what: str = "--device") -> Device:

@@ -48,10 +48,12 @@ def exit_text(code: int | None) -> str:
 
 
 def visible_gpus() -> int:
-    try:
-        import torch
+    """GPUs this process may use, counted without importing torch (devices.local_gpu_count): the pool
+    counts them before it starts any worker."""
+    from cuda_l1.devices import local_gpu_count
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        return local_gpu_count()
     except Exception:
         return 0
 
