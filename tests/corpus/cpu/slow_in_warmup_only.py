@@ -1,14 +1,12 @@
 # reference: tiny_relu
 # expect: ok
-# speedup_at_most: 0.65
+# speedup_at_most: 0.5
 # Genuinely slower (about 8 small matmuls a call beside the relu, ~0.1x), it sleeps through its first
 # two windows (of one call each) so that the recorded ones are sized to one call: both sides then sit in the fixed cost of
 # a window and the ratio goes toward 1 (an adversarial reading scored it 0.69-1.00 on a loaded host
 # before the re-plan; measured as it is, ~0.1). The weight is a buffer, so on a GPU the matmuls run
 # there too and the call stays ~9 launches against the reference's one: a plain tensor attribute
 # stayed on the CPU, where the matmuls cost about what the relu's launch does (scored 0.51 on an H200).
-# On an H200 the buffer version reads 0.50-0.54: each call's fixed cost in a window (about 0.2 ms)
-# dwarfs a launch, so 9 launches cost about twice 1. The bound sits between that and the attack's 0.69-1.00.
 import importlib
 import time
 
