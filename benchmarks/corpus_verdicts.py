@@ -87,6 +87,8 @@ def main() -> None:
                        "raw": verdict.raw_speedup, "score": verdict.speedup, "ci": verdict.ci,
                        "reference_ms": verdict.reference_ms, "candidate_ms": verdict.candidate_ms,
                        "rounds": verdict.timing.get("rounds"), "calls_per_window": verdict.timing.get("calls_per_window"),
+                       "window_overhead_ms": verdict.timing.get("window_overhead_ms"),
+                       "replanned": verdict.timing.get("replanned"),
                        "failed_checks": failed,
                        # the whole reason where the verdict was unexpected (a traceback ends with its cause)
                        "reasons": [r[:300] if _meets(case, verdict) else r[-3000:] for r in verdict.reasons],

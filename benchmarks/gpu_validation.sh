@@ -5,8 +5,8 @@
 #   smoke       two verdicts (identical matmul, side-stream hiding) with their logs; the steps after it
 #               are skipped when identical code is not accepted, since nothing else could be judged
 #   gpu-tests   the GPU-marked evaluator tests (adversarial corpus on the GPU, faults, identical code)
-#   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each)
-#   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing)
+#   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each; GPU_CORPUS_NAMES: some, comma-separated)
+#   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing; CPU_CORPUS_NAMES: some)
 #   identical   identical code over the built-in suite (raw within 2% / scored 1.00)
 #   throughput  a mixed batch through the local pool
 #   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
@@ -92,9 +92,9 @@ for s in "${steps[@]}"; do
     gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
         tests/test_adversarial_gpu.py tests/test_build.py ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
-        --out "$out/gpu-corpus.jsonl" ;;
+        ${GPU_CORPUS_NAMES:+--names "$GPU_CORPUS_NAMES"} --out "$out/gpu-corpus.jsonl" ;;
     cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
-        --quick --out "$out/cpu-corpus.jsonl" ;;
+        --quick ${CPU_CORPUS_NAMES:+--names "$CPU_CORPUS_NAMES"} --out "$out/cpu-corpus.jsonl" ;;
     identical) step identical "${IDENTICAL_S:-400}" "$py" benchmarks/identical_suite.py --device cuda \
         --out "$out/identical-gpu.json" ${IDENTICAL_ARGS:-} ;;
     audit) step audit "${AUDIT_S:-400}" "$py" -m cuda_l1 audit "${AUDIT_SOLUTIONS:-.data/cuda-l1/h100.jsonl}" \
