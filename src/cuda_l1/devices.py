@@ -72,8 +72,9 @@ _CUDA_ERROR_NO_DEVICE = 100
 
 def _driver_gpu_count() -> int | None:
     """cuInit, then cuDeviceGetCount: 0 where no driver library is installed or it sees no device,
-    None where it fails otherwise (torch then decides)."""
+    None where it fails otherwise or a ROCm runtime is installed (torch then decides)."""
     import ctypes
+    import ctypes.util
 
     try:
         lib = ctypes.CDLL("libcuda.so.1")
@@ -83,8 +84,8 @@ def _driver_gpu_count() -> int | None:
         count = ctypes.c_int(0)
         if code != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
             return None
-    except OSError:  # no driver library: no GPU torch could use either
-        return 0
+    except OSError:  # no CUDA driver library: no GPU, unless torch is a ROCm build (HIP's runtime)
+        return None if ctypes.util.find_library("amdhip64") else 0
     except AttributeError:  # a library without the driver API's names
         return None
     return count.value
