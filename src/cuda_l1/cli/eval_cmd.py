@@ -21,7 +21,7 @@ def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: b
     """The EvalConfig the options describe. quick None: quick timing on a CPU, full on a GPU (the batch
     commands' default, which keeps the README's main job within minutes on a CPU)."""
     from cuda_l1.evaluate.config import EvalConfig, TimingConfig
-    from cuda_l1.evaluate.precision import ToleranceConfig
+    from cuda_l1.evaluate.tolerance import ToleranceConfig
 
     if tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"--tolerance is 'oracle' or 'kernelbench' (got {tolerance!r}).")
@@ -89,13 +89,16 @@ def eval_command(
     Exit 0 whenever a verdict was produced, whatever it says; 2 for a broken reference or bad options."""
     from cuda_l1.bench import check_references
     from cuda_l1.devices import parse_device
-    from cuda_l1.evaluate.evaluator import Evaluator
+    from cuda_l1.evaluate.fork_server import start_ahead
 
     task = load_task_file(reference)
     source = _read_candidate(candidate)
     target = parse_device(device)
     config = eval_config(target, tolerance, quick, no_timing, timeout, module_mode)
+    start_ahead(config.sandbox, config.device)  # the sides' imports beside this process's check, not after
     check_references([task], target)
+    from cuda_l1.evaluate.evaluator import Evaluator  # imports torch: after the sides' start
+
     with console.status("evaluating…") if not as_json else _null():
         evaluator = Evaluator(task, config)
         try:

@@ -252,3 +252,15 @@ def shared(preload: bool = True) -> ForkServer:
                 atexit.register(lambda: [s.close() for s in list(_SHARED.values())])
             server = _SHARED[preload] = ForkServer(fork_preload.COMPILER_MODULES if preload else ())
         return server
+
+
+def start_ahead(sandbox, device: str) -> ForkServer | None:
+    """Start now, in the background, what starting a side waits for: the fork server (its imports, about
+    10 s on an H200 host) and on CUDA the confinement probe (probe.probe_ahead). Called before the
+    caller imports torch itself, so that their imports overlap its own: a pool's worker does so first
+    thing, `cuda-l1 eval` before it checks the reference. Returns the server (None without one)."""
+    from cuda_l1.evaluate.probe import probe_ahead
+
+    server = shared(sandbox.preload_compilers) if sandbox.fork_server else None
+    probe_ahead(sandbox, device)
+    return server

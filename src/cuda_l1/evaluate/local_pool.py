@@ -82,14 +82,9 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
     start: dict | None = {"process": time.time()}
-    server = None
-    if config.sandbox.fork_server:  # its own torch import overlaps the worker's (and the probe's, later)
-        from cuda_l1.evaluate.fork_server import shared
+    from cuda_l1.evaluate.fork_server import start_ahead
 
-        server = shared(config.sandbox.preload_compilers)
-    from cuda_l1.evaluate.probe import probe_ahead
-
-    probe_ahead(config.sandbox, device)  # CUDA: beside the imports and the server's start, not after them
+    server = start_ahead(config.sandbox, device)  # their imports overlap the worker's own, below
     from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
     from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES

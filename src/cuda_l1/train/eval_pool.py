@@ -24,7 +24,7 @@ def eval_config(section: EvalSection, rewards_relative: bool = False) -> EvalCon
     """`rewards_relative`: a stage whose candidates' rewards are compared within a group (GRPO), where
     one candidate spoiling another's verdict would pay; nothing is loaded ahead there unless the
     section says so (docs/isolation.md: a loading side can reach a judged side's outputs)."""
-    from cuda_l1.evaluate.precision import ToleranceConfig
+    from cuda_l1.evaluate.tolerance import ToleranceConfig
 
     if section.tolerance not in ("oracle", "kernelbench"):
         raise UserError(f"[eval] tolerance is 'oracle' or 'kernelbench' (got {section.tolerance!r}).")
