@@ -97,7 +97,8 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
                             on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
-                            rejudge=rejudge, imported=imported,  # a broken ref_code is bad input:
+                            rejudge=rejudge, imported=imported,
+                            # a broken ref_code is bad input (exit 2), not a failing verdict of its kernel:
                             check=lambda tasks: check_references(tasks, device, store=ctx.store))
         dkey, ckey = device_key(device), config.config_key()
         rows = []

@@ -108,7 +108,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                         on_result: Callable[[Candidate, Verdict], None] | None = None,
                         decides_at: Callable[[Candidate], tuple[float, ...]] | None = None,
                         rejudge: frozenset[str] = frozenset(),
-                        check: Callable[[list[Task]], None] | None = None,
+                        check: Callable[[list[Task]], dict | None] | None = None,
                         imported: Mapping[tuple[str, str, str, str], Verdict] | None = None) -> dict:
     """Judge every candidate through the engine: one not yet judged on this device under these
     settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
