@@ -66,6 +66,8 @@ def test_encoding_round_trips_with_positional_leaves():
     {"calls": [{"structure": "tensor", "leaves": [{"kind": "tensor"}]}]},  # not the wire form
     {"calls": [{"structure": "tensor", "leaves": [["v", "float"]]}]},
     {"extra_field": 1},
+    {"harness_s": 10**400},  # valid JSON, beyond a float: OverflowError in the parent before
+    {"harness_s": -(10**400)},
 ])
 def test_malformed_replies_raise_protocol_errors(bad):
     with pytest.raises(ProtocolError):

@@ -31,9 +31,17 @@ def _int(v, name, lo=0, hi=_MAX_INT) -> int:
 
 
 def _num(v, name) -> float:
-    if type(v) not in (int, float) or not math.isfinite(v):
+    # An integer too large for a float (JSON has no limit: 10**400) is not finite either.
+    if type(v) not in (int, float) or not math.isfinite(_as_float(v, name)):
         raise ProtocolError(f"{name}: expected a finite number")
     return float(v)
+
+
+def _as_float(v: int | float, name: str) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        raise ProtocolError(f"{name}: a number beyond a float's range") from None
 
 
 def _bool(v, name) -> bool:
@@ -150,7 +158,12 @@ def decode(header: dict, *, from_side: bool, max_calls: int | None = None):
     calls = header.get("calls")
     if max_calls is not None and type(calls) is list and len(calls) > max_calls:
         raise ProtocolError(f"{len(calls)} calls reported, {max_calls} asked for")
-    return _CHECKS[op](header)
+    try:
+        return _CHECKS[op](header)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a check did not foresee is still a malformed frame
+        raise ProtocolError(f"{op}: malformed ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def _fields(cls, header) -> None:
@@ -268,7 +281,7 @@ def _check_build_reply(h) -> BuildReply:
 def _anyfloat(v, name) -> float:
     if type(v) not in (int, float):
         raise ProtocolError(f"{name}: expected a number")
-    return float(v)
+    return _as_float(v, name)
 
 
 def _check_call_to_verify(h) -> CallToVerify:
