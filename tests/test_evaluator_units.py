@@ -408,6 +408,11 @@ def test_static_scan_flags_without_deciding():
     assert {"threads or processes", "low-level memory access", "side streams", "precision downgrade",
             "monkeypatching"} <= set(found)
     assert scan("import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n") == {}
+    # 8-bit arithmetic is named too (a signal: docs/isolation.md, 8-bit integers on a 16-bit task)
+    for quantised in ("w = torch.quantize_per_channel(w, s, z, 0, torch.qint8)", "y = torch._int_mm(a, b)",
+                      "y = torch.ops.quantized.linear_dynamic(x, p)", "a8 = a.to(torch.float8_e4m3fn)"):
+        assert "precision downgrade" in scan(quantised), quantised
+    assert scan("mask = m.to(torch.int8)\n") == {}
 
 
 def test_environment_is_scrubbed(monkeypatch, tmp_path):

@@ -21,7 +21,10 @@ _PATTERNS: dict[str, list[str]] = {
     "environment or files": [r"os\.environ", r"\bgetenv\b", r"\bopen\(\s*['\"]/", r"\bsocket\b", r"\burllib\b",
                              r"\brequests\b", r"\bhttp\.client\b"],
     "precision downgrade": [r"\.half\(\)", r"float16", r"bfloat16", r"allow_tf32", r"autocast",
-                            r"set_float32_matmul_precision", r"__half\b", r"__nv_bfloat16", r"\btf32\b"],
+                            r"set_float32_matmul_precision", r"__half\b", r"__nv_bfloat16", r"\btf32\b",
+                            # integer and 8-bit float arithmetic: quantised weights or activations
+                            r"\bq(u)?int8\b", r"quantize_(per|dynamic)", r"torch\.ops\.quantized", r"\btorch\.ao\b",
+                            r"_int_mm\b", r"_scaled_mm\b", r"float8_", r"__nv_fp8", r"__dp4a\b"],
     "output caching": [r"data_ptr\(\)", r"lru_cache", r"functools\.cache\b", r"_cache\s*=\s*\{\}",
                        r"cached_output", r"memo"],
 }
