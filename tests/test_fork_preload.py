@@ -19,15 +19,22 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="fo
 
 @pytest.fixture
 def fresh_preload(monkeypatch):
-    """Whatever an earlier server refused in this process, these tests start from no refusal."""
+    """Whatever an earlier server refused in this process, these tests start from no refusal (and
+    from servers started under none)."""
     monkeypatch.setattr(fork_server, "_preload_refused", "")
+    monkeypatch.setattr(fork_server, "_SHARED", {})
+    yield
+    for server in fork_server._SHARED.values():
+        server.close()
 
 
-def test_the_server_imports_torch_compiles_modules_before_it_is_ready(fresh_preload):
+def test_the_servers_second_stage_imports_torch_compiles_modules_before_it_is_ready(fresh_preload):
     server = fork_server.ForkServer()
     try:
         assert server.usable(), server.log_tail()
-        assert server.preloaded == COMPILER_MODULES
+        assert server.wait_compilers(), server.log_tail()
+        assert server.preloaded == COMPILER_MODULES and server.compilers.preloaded == COMPILER_MODULES
+        assert server.first.preloaded == ()
     finally:
         server.close()
 
@@ -35,7 +42,7 @@ def test_the_server_imports_torch_compiles_modules_before_it_is_ready(fresh_prel
 def test_the_server_leaves_nothing_behind_but_an_empty_cache_directory_while_it_lives(fresh_preload):
     server = fork_server.ForkServer()
     try:
-        assert server.usable(), server.log_tail()
+        assert server.usable() and server.wait_compilers(), server.log_tail()
         assert [(p.name, list(p.iterdir())) for p in Path(server._scratch).iterdir()] == [("inductor", [])]
     finally:
         server.close()
@@ -57,17 +64,18 @@ def test_an_unsafe_preload_is_refused_and_the_next_server_has_none(fresh_preload
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + sys.path))
     refused = fork_server.ForkServer(preload=(module,))
     try:
-        assert not refused.usable()  # it forks nothing
+        assert not refused.wait_compilers()  # its second stage forks nothing
         assert fork_server._preload_refused
         if module != "an_exit":
             assert "started a thread" in fork_server._preload_refused
             assert "preload refused" in refused.log_tail()
+        assert refused.usable() and refused.preloaded == ()  # the first stage goes on forking
     finally:
         refused.close()
     replacement = fork_server.ForkServer()
     try:
         assert replacement.usable(), replacement.log_tail()
-        assert replacement.preload == () and replacement.preloaded == ()
+        assert replacement.preload == () and replacement.preloaded == () and replacement.compilers is None
     finally:
         replacement.close()
 
@@ -113,6 +121,7 @@ def test_a_torch_compile_candidate_in_a_forked_side_compiles_into_its_own_scratc
     from cuda_l1.evaluate.evaluator import Evaluator
     from cuda_l1.tasks import make_task
 
+    assert fork_server.shared().wait_compilers()  # the first sides of a run may come from the first stage
     evaluator = Evaluator(make_task(TASK, name="1_double", level=1, origin="test:double"), untimed_cpu_config())
     try:
         verdict = evaluator.evaluate(TASK + COMPILES_IN_ITS_SCRATCH)

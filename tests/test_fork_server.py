@@ -77,10 +77,11 @@ def test_a_forked_side_that_is_killed_says_so_and_is_reaped():
     assert side.proc.wait(timeout=10) == -9
     assert side.exit_info().signal == 9
     side.close(graceful=False)
+    stages = [server._proc.pid] + ([server.compilers.pid] if server.compilers and server.compilers.pid else [])
     deadline = time.monotonic() + 10
-    while pid in _children(server._proc.pid) and time.monotonic() < deadline:
+    while any(pid in _children(stage) for stage in stages) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pid not in _children(server._proc.pid)  # released, then reaped by the server
+    assert not any(pid in _children(stage) for stage in stages)  # released, then reaped by its stage
 
 
 def test_many_forked_sides_start_faster_than_fresh_ones():
@@ -122,7 +123,7 @@ def test_a_request_the_server_took_and_never_answered_is_not_started_again(monke
 
 
 def test_a_server_that_stops_answering_is_ended_and_replaced(monkeypatch):
-    server = fork_server.ForkServer()
+    server = fork_server.ForkServer(preload=())  # one stage: the one stopped below answers every request
     try:
         assert server.usable()
         monkeypatch.setattr(fork_server, "SPAWN_TIMEOUT_S", 0.5)
@@ -171,3 +172,74 @@ def test_a_side_has_its_own_temp_directory_and_import_path(fork):
         assert verdict.sandbox["started"] == ("forked" if fork else "fresh interpreter")
     finally:
         evaluator.close()
+
+
+SLOW_PRELOAD = "import time\ntime.sleep(4)\n"
+
+
+def test_sides_asked_for_before_the_compilers_stage_is_ready_come_from_the_first(tmp_path, monkeypatch):
+    """The first stage forks once torch is imported; the compilers' stage, forked from it, takes over
+    once its preload is in. A side's server says which stage it came from, and so what it has."""
+    monkeypatch.setattr(fork_server, "_preload_refused", "")
+    (tmp_path / "slow_preload.py").write_text(SLOW_PRELOAD)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + os.sys.path))
+    server = fork_server.ForkServer(preload=("slow_preload",))
+    sides = []
+    try:
+        assert server.usable(), server.log_tail()
+        assert server.preloaded == () and not server.compilers.is_ready()  # still importing
+        for _ in range(2):
+            r, w = os.pipe()
+            try:
+                sides.append(server.spawn("cpu", "{}", r, w, -1, w, str(tmp_path), {}))
+            finally:
+                os.close(r)
+                os.close(w)
+            if len(sides) == 1:
+                assert server.wait_compilers(), server.log_tail()
+                assert server.preloaded == ("slow_preload",)
+        assert [side.server for side in sides] == [server.first, server.compilers]
+        assert server.compilers.pid in _children(server._proc.pid)  # forked from the first stage
+        assert server.first.ready_at < server.compilers.ready_at
+        for side in sides:  # an invalid plan: each exits at once, reported by its own stage
+            assert side.wait(timeout=30) != 0
+            side.release()
+    finally:
+        server.close()
+    assert server._proc.poll() is not None
+
+
+def test_a_server_closed_before_its_compilers_stage_is_ready_refuses_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(fork_server, "_preload_refused", "")
+    (tmp_path / "slow_preload.py").write_text(SLOW_PRELOAD)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + os.sys.path))
+    server = fork_server.ForkServer(preload=("slow_preload",))
+    assert server.usable(), server.log_tail()
+    server.close()
+    time.sleep(0.5)
+    assert fork_server._preload_refused == ""
+
+
+def test_the_confinement_probe_forks_its_trials_from_the_first_stage(tmp_path):
+    """A trial is a side forked as the evaluation forks them (no interpreter or torch import of its
+    own); a plan that cannot work fails forked as it fails in a fresh interpreter."""
+    import dataclasses
+
+    from cuda_l1.evaluate import probe
+
+    server = fork_server.shared()
+    assert server.usable(), server.log_tail()
+    config = SandboxConfig()
+    plan = config.confine_plan("", probe.identity_uid([]) if config.drop_identity else None)
+    broken = dataclasses.replace(plan, limits=dict(plan.limits, open_files=3))  # not even its own pipes
+    results, seconds = {}, {}
+    for name, where in (("forked", server), ("fresh", None)):
+        for label, trial in (("works", plan), ("broken", broken)):
+            scratch = tmp_path / f"{name}-{label}"
+            scratch.mkdir()
+            started = time.perf_counter()
+            results[name, label] = probe._trials("cpu", [trial], str(scratch), where)
+            seconds[name, label] = time.perf_counter() - started
+    assert results == {("forked", "works"): [True], ("forked", "broken"): [False],
+                       ("fresh", "works"): [True], ("fresh", "broken"): [False]}
+    assert seconds["forked", "works"] < seconds["fresh", "works"], seconds

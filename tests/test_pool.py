@@ -186,30 +186,41 @@ def open_pool(backend: str, workers: int):
 
 
 # -- watching workers from outside ---------------------------------------------------------------------
-def _sandbox_children(pid: int) -> list[int]:
-    """Candidate children (sandbox harness processes) that the worker `pid` has started."""
-    found = []
-    for task_dir in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children = (task_dir / "children").read_text().split()
-        except OSError:
-            continue
-        for child in children:
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for task_dir in Path(f"/proc/{todo.pop()}/task").glob("*"):
             try:
-                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                children = [int(c) for c in (task_dir / "children").read_text().split()]
             except OSError:
                 continue
-            if b"cuda_l1.evaluate.child" in cmdline:
-                found.append(int(child))
+            found += children
+            todo += children
+    return found
+
+
+def _sleeping_candidates(pid: int) -> list[int]:
+    """Sides under the worker `pid` (forked by its fork server, or fresh interpreters) that sleep in
+    the slow candidate's forward right now: the worker holds that candidate's job."""
+    found = []
+    for side in _descendants(pid):
+        try:
+            named = Path(f"/proc/{side}/comm").read_text().strip() == "cuda-l1-side"
+            fresh = b"cuda_l1.evaluate.child" in Path(f"/proc/{side}/cmdline").read_bytes()
+            sleeping = Path(f"/proc/{side}/wchan").read_text().strip() == "hrtimer_nanosleep"
+        except OSError:
+            continue
+        if (named or fresh) and sleeping:
+            found.append(side)
     return found
 
 
 def busy_worker(pool, exclude: set[int] = frozenset(), timeout: float = 90.0) -> int:
-    """Pid of a worker that is judging a candidate right now (it has a sandbox child)."""
+    """Pid of a worker that is judging the slow candidate right now (one of its sides sleeps in it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in pool.worker_pids():
-            if pid not in exclude and _sandbox_children(pid):
+            if pid not in exclude and _sleeping_candidates(pid):
                 return pid
         time.sleep(0.05)
     raise AssertionError(f"no worker started judging a candidate within {timeout:.0f} s")

@@ -538,8 +538,9 @@ def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
 
     calls, release = [], threading.Event()
 
-    def trials(device, plans, scratch):
+    def trials(device, plans, scratch, server=None):
         calls.append((device, [p.namespaces for p in plans]))
+        assert server is not None  # forked from the fork server's first stage
         release.wait(10)
         return [True] + [False] * (len(plans) - 1)
 
@@ -547,7 +548,7 @@ def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
     monkeypatch.setattr(probe, "_PLANS", {})
     config = SandboxConfig()
     assert probe.probe_ahead(config, "cpu") is None
-    ahead = probe.probe_ahead(config, "cuda:7")
+    ahead = probe.probe_ahead(config, "cuda:7", server=object())
     assert ahead is not None
     # what SideProcess.start makes for a spare: another scratch, a pinned core, the same layers
     side_plan = config.confine_plan("/elsewhere", probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)

@@ -29,9 +29,10 @@ class SandboxConfig:
     fork_server: bool = setting(True, "start sides by forking a process that has imported torch (a side ready "
                                 "in 0.07 s on a CPU, 0.5 s on an H200, against 2.4 s and 5 s; each still confines "
                                 "itself before any device or candidate code)")
-    preload_compilers: bool = setting(True, "the fork server imports torch.compile's modules (Dynamo, "
-                                      "Inductor) once, so a compiling candidate's side does not (its load "
-                                      "4.8 s instead of 10.9 s on an H200); checked as safe to fork first")
+    preload_compilers: bool = setting(True, "the fork server's second stage imports torch.compile's modules "
+                                      "(Dynamo, Inductor) once, so a compiling candidate's side does not (its "
+                                      "load 4.8 s instead of 10.9 s on an H200); checked as safe to fork first; "
+                                      "sides asked for before it is ready come from the first stage")
     shm_bytes: int = setting(64 * 2**20, "size of the side's private /dev/shm")
     scratch_bytes: int = setting(4 * 2**30, "size of the side's scratch directory (a tmpfs"
                                  " where mount namespaces work)")

@@ -1,9 +1,12 @@
 """The fork server's own process (fork_server.py is the parent's half): imports torch and the harness
 once, then forks a side per request and reports each side's exit without reaping it.
 
-Run as `python -m cuda_l1.evaluate.fork_server_process FD [MODULES]` under a scrubbed environment, FD a
-SOCK_SEQPACKET socket to the parent, MODULES (comma-separated: torch.compile's) imported before it says
-it is ready, where fork_preload.py finds that safe.
+Run as `python -m cuda_l1.evaluate.fork_server_process FD [MODULES COMPILERS_FD]` under a scrubbed
+environment, FD a SOCK_SEQPACKET socket to the parent. With MODULES (comma-separated: torch.compile's)
+the server starts in two stages: once torch and the harness are imported it forks a second server
+that imports MODULES (where fork_preload.py finds that safe) and then serves on COMPILERS_FD, while
+this one says it is ready at once and serves on FD. Sides asked for before the second stage is ready
+start from the first, without the compilers, instead of waiting for their import.
 """
 
 from __future__ import annotations
@@ -45,9 +48,15 @@ def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(SIDE_NAME), 0, 0, 0)  # PR_SET_NAME
         read_fd, write_fd, log_fd = fds[0], fds[1], fds[2]
         inputs_fd = fds[3] if request.get("inputs") else -1
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log_fd, 1)
+        probe = request.get("probe")  # a confinement probe (probe.py): it talks on stdin and stdout
+        if probe is not None:
+            os.dup2(read_fd, 0)
+            os.dup2(write_fd, 1)
+            read_fd, write_fd = 0, 1
+        else:
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         keep = {0, 1, 2, read_fd, write_fd} | ({inputs_fd} if inputs_fd >= 0 else set())
         for name in os.listdir("/proc/self/fd"):
@@ -70,8 +79,9 @@ def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
         fork_preload.into_side()
         from cuda_l1.evaluate import child
 
+        probing = [] if probe is None else ["--probe"] + (["--probe-handle", str(probe)] if probe else [])
         child.main(["--read-fd", str(read_fd), "--write-fd", str(write_fd), "--inputs-fd", str(inputs_fd),
-                    "--device", request["device"], "--plan", request["plan"]])
+                    "--device", request["device"], "--plan", request["plan"]] + probing)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -87,7 +97,9 @@ def _become_side(request: dict, fds: list[int], keep_out: list[int]) -> None:
             os._exit(code)
 
 
-def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
+def serve(sock: socket.socket, modules: tuple[str, ...] = (), compilers: socket.socket | None = None) -> None:
+    """Import torch and the harness, then serve forks on `sock`; with `compilers`, first fork the
+    second stage, which imports `modules` and serves on that socket (see the module's docstring)."""
     from cuda_l1.evaluate.confine import die_with_parent
 
     die_with_parent()
@@ -103,6 +115,34 @@ def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
         print("cuda-l1 fork server: a Python thread runs beside the server; nothing is forked",
               file=sys.stderr, flush=True)
         os._exit(2)
+    if compilers is None:
+        _serve_forks(sock, modules)
+        return
+    first = os.getpid()
+    second = os.fork()
+    if second == 0:  # the second stage: it dies with the first, whose child it is
+        code = 0
+        try:
+            sock.close()
+            die_with_parent()
+            if os.getppid() != first:  # the first stage died before the request above took effect
+                os._exit(0)
+            _serve_forks(compilers, modules)
+        except BaseException:  # noqa: BLE001 - the log says why; the parent sees the socket close
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    compilers.close()
+    _serve_forks(sock, (), second_stage=second)
+
+
+def _serve_forks(sock: socket.socket, modules: tuple[str, ...], second_stage: int | None = None) -> None:
+    """Preload `modules` (where safe), say so, then fork a side per request until the parent goes.
+    `second_stage`: the pid of the server forked to preload (never reaped here, so the pid stays its
+    own: the parent may ask this one to end it)."""
     why = fork_preload.preload(modules) if modules else ""
     if why:  # what was imported cannot be taken back: this server forks nothing
         print(f"cuda-l1 fork server: preload refused: {why}", file=sys.stderr, flush=True)
@@ -115,7 +155,7 @@ def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
     live: set[int] = set()  # forked, not yet reported as exited
     released: set[int] = set()  # the parent is done with them: reap on exit
     gc.freeze()  # what the server holds stays shared: a side's collections do not copy its pages
-    sock.send(json.dumps({"op": "ready", "preloaded": list(modules)}).encode())
+    sock.send(json.dumps({"op": "ready", "preloaded": list(modules), "pid": os.getpid()}).encode())
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in ready:
@@ -144,6 +184,13 @@ def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         request = json.loads(data)
+        if request["op"] == "end_second_stage":  # it hangs in its preload: the parent gave up on it
+            for fd in fds:
+                os.close(fd)
+            if second_stage is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(second_stage, signal.SIGKILL)
+            continue
         if request["op"] == "release":
             pid = int(request["pid"])
             if pid in live:
@@ -168,4 +215,5 @@ def serve(sock: socket.socket, modules: tuple[str, ...] = ()) -> None:
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])), tuple(m for m in (sys.argv[2:3] or [""])[0].split(",") if m))
+    serve(socket.socket(fileno=int(sys.argv[1])), tuple(m for m in (sys.argv[2:3] or [""])[0].split(",") if m),
+          socket.socket(fileno=int(sys.argv[3])) if len(sys.argv) > 3 else None)

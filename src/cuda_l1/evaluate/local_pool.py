@@ -141,7 +141,9 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
                 if device in PROBE_ENDED:
                     start["probed"] = PROBE_ENDED[device]
                 if server is not None and server.ready_at is not None:
-                    start["fork_server_ready"] = server.ready_at
+                    start["fork_server_ready"] = server.ready_at  # its first stage (fork_server.py)
+                if server is not None and server.compilers is not None and server.compilers.ready_at is not None:
+                    start["compilers_ready"] = server.compilers.ready_at
                 verdict.timing["worker_start"], start = start, None
             outbox.put((job_id, verdict.to_dict(), None))
         except Exception as exc:  # a bad task is the caller's error, reported per job

@@ -96,9 +96,8 @@ class SideProcess:
         # a reservation limit only where no cgroup counts what is held
         plan = config.confine_plan(self.scratch, uid, cpu_core, read_paths,
                                    self.memory_limit if device == "cpu" and not counted else None)
-        if config.fork_server:  # the fork server's start (it imports torch) overlaps the probe's
-            shared(config.preload_compilers)
-        plan.namespaces, plan.sockets = usable_plan(config.namespaces, device, plan)
+        server = shared(config.preload_compilers) if config.fork_server else None  # it forks the probe's trials
+        plan.namespaces, plan.sockets = usable_plan(config.namespaces, device, plan, server)
         plan.cgroup_procs = group.procs_file if group else ""
         if group is not None:
             group.limit_memory(self.memory_limit + config.shm_bytes)
