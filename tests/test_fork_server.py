@@ -243,3 +243,22 @@ def test_the_confinement_probe_forks_its_trials_from_the_first_stage(tmp_path):
     assert results == {("forked", "works"): [True], ("forked", "broken"): [False],
                        ("fresh", "works"): [True], ("fresh", "broken"): [False]}
     assert seconds["forked", "works"] < seconds["fresh", "works"], seconds
+
+
+def test_nothing_is_timed_while_a_second_stage_still_imports(tmp_path, monkeypatch):
+    """Its import is a busy process beside the timed core: the first timing of a process waits for
+    it (TaskEnv.calibrate_quiet). On the 2-core host, timing during it read a 1.7x candidate at 0.88."""
+    monkeypatch.setattr(fork_server, "_preload_refused", "")
+    (tmp_path / "slow_preload.py").write_text(SLOW_PRELOAD)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + os.sys.path))
+    server = fork_server.ForkServer(preload=("slow_preload",))
+    monkeypatch.setattr(fork_server, "_SHARED", {True: server})
+    try:
+        assert server.usable() and not server.compilers.is_ready()
+        fork_server.wait_for_imports()
+        assert server.compilers.is_ready()
+        started = time.perf_counter()
+        fork_server.wait_for_imports()  # nothing left to wait for
+        assert time.perf_counter() - started < 0.05
+    finally:
+        server.close()

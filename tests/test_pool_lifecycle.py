@@ -154,9 +154,10 @@ def worker_evaluating(root: int) -> bool:
     """Whether an evaluation worker under `root` has a sandboxed candidate child right now."""
     table = _processes()
 
-    def workers_side(parent: int) -> bool:  # the worker's own child, or its fork server's
-        grandparent = table.get(parent, {}).get("ppid")
-        return is_worker(parent) or (is_fork_server(parent) and grandparent is not None and is_worker(grandparent))
+    def workers_side(parent: int) -> bool:  # the worker's own child, or its fork server's (either stage)
+        while parent is not None and is_fork_server(parent):
+            parent = table.get(parent, {}).get("ppid")
+        return parent is not None and is_worker(parent)
 
     return any(is_sandbox_child(pid) and workers_side(table[pid]["ppid"]) for pid in family(root) if pid in table)
 
@@ -294,9 +295,14 @@ def get_init_inputs():
 
 def reference_sides(worker: int) -> list[int]:
     """The sandboxed processes a worker keeps between candidates (its tasks' reference sides), its
-    own children or its fork server's."""
+    own children or its fork server's (either stage: the second is the first's child)."""
     table = _processes()
-    parents = {worker} | {pid for pid, info in table.items() if info["ppid"] == worker and is_fork_server(pid)}
+    parents = {worker}
+    while True:
+        more = {pid for pid, info in table.items() if info["ppid"] in parents and is_fork_server(pid)} - parents
+        if not more:
+            break
+        parents |= more
     return [pid for pid, info in table.items() if info["ppid"] in parents and is_sandbox_child(pid)
             and info["state"] not in ("Z", "X")]
 

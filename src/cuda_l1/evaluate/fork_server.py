@@ -355,6 +355,15 @@ def shared(preload: bool = True) -> ForkServer:
         return server
 
 
+def wait_for_imports(timeout: float = READY_TIMEOUT_S) -> None:
+    """Until no server of this process is still importing in its second stage: that import is a
+    busy process beside the timed core (about 1 s of a 2-core host's CPU), so no window is timed
+    during it. Returns at once when none is (every evaluation of a process but its first few)."""
+    for server in list(_SHARED.values()):
+        if server.compilers is not None and not server.compilers._ready.is_set():
+            server.compilers.usable(timeout)
+
+
 def start_ahead(sandbox, device: str) -> ForkServer | None:
     """Start now, in the background, what starting a side waits for: the fork server (its first stage's
     torch import, about 5 s on an H200 host, its second's compilers about 5 s more) and on CUDA the

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from cuda_l1.errors import TaskError
-from cuda_l1.evaluate import gating, side_memory
+from cuda_l1.evaluate import fork_server, gating, side_memory
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pinning import pin_side
 from cuda_l1.evaluate.protocol import Mapped, Setup
@@ -149,7 +149,9 @@ class TaskEnv:
         """The idle probe, calibrated once, before the task's first timed window, by the thread that
         times, with every warming spare and background side stopped: a task prepared ahead in a
         helper thread would calibrate it while another candidate's checks keep the device busy, and
-        a probe calibrated on a busy device ends windows before the device is idle."""
+        a probe calibrated on a busy device ends windows before the device is idle. Nothing is timed
+        while a fork server's second stage still imports (fork_server.wait_for_imports)."""
+        fork_server.wait_for_imports()
         if self.quiet is None:
             with self.supply.stopped():
                 self.quiet = Quiet(self.device, flush=self.config.timing.flush_cache, core=self.core)
