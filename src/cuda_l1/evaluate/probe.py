@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -173,8 +174,11 @@ class _Talk:
         self.writer = os.fdopen(to_trial, "w")
         self.reader = os.fdopen(from_trial, "r")
 
-    def readline(self) -> str:
-        return self.reader.readline()
+    def readline(self, timeout: float = TRIAL_TIMEOUT_S) -> str:
+        """The trial's first line, or "" when it says nothing within `timeout` (a device that hangs
+        while it starts: that plan does not work)."""
+        ready, _, _ = select.select([self.reader], [], [], timeout)
+        return self.reader.readline() if ready else ""
 
     def close(self) -> None:
         for end in (self.writer, self.reader):
