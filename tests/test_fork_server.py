@@ -5,8 +5,11 @@ process behind, and the evaluator falls back to a fresh interpreter when the ser
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -220,7 +223,20 @@ def test_a_server_closed_before_its_compilers_stage_is_ready_refuses_nothing(tmp
     assert fork_server._preload_refused == ""
 
 
-def test_the_confinement_probe_forks_its_trials_from_the_first_stage(tmp_path):
+@contextlib.contextmanager
+def _probe_scratch(plan):
+    """A directory as probe.usable_plan makes one: where the side's uid (nobody, when it takes one)
+    can reach it, which a test's own temporary directory is not."""
+    scratch = tempfile.mkdtemp(prefix="cuda-l1-probe-test-")
+    if plan.uid is not None:
+        os.chown(scratch, plan.uid, plan.uid)
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_the_confinement_probe_forks_its_trials_from_the_first_stage():
     """A trial is a side forked as the evaluation forks them (no interpreter or torch import of its
     own); a plan that cannot work fails forked as it fails in a fresh interpreter."""
     import dataclasses
@@ -235,11 +251,10 @@ def test_the_confinement_probe_forks_its_trials_from_the_first_stage(tmp_path):
     results, seconds = {}, {}
     for name, where in (("forked", server), ("fresh", None)):
         for label, trial in (("works", plan), ("broken", broken)):
-            scratch = tmp_path / f"{name}-{label}"
-            scratch.mkdir()
-            started = time.perf_counter()
-            results[name, label] = probe._trials("cpu", [trial], str(scratch), where)
-            seconds[name, label] = time.perf_counter() - started
+            with _probe_scratch(plan) as scratch:
+                started = time.perf_counter()
+                results[name, label] = probe._trials("cpu", [trial], scratch, where)
+                seconds[name, label] = time.perf_counter() - started
     assert results == {("forked", "works"): [True], ("forked", "broken"): [False],
                        ("fresh", "works"): [True], ("fresh", "broken"): [False]}
     assert seconds["forked", "works"] < seconds["fresh", "works"], seconds
@@ -262,3 +277,29 @@ def test_nothing_is_timed_while_a_second_stage_still_imports(tmp_path, monkeypat
         assert time.perf_counter() - started < 0.05
     finally:
         server.close()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_forked_and_fresh_trials_agree_at_every_socket_level():
+    """On CUDA a trial creates a device context and passes IPC memory both ways. Forked from the first
+    stage it must find what a fresh interpreter finds at each socket level of the strongest
+    namespaces, or the probe would weaken the sandbox for a reason of its own (the plan chosen is
+    in every verdict's `sandbox`)."""
+    import dataclasses
+
+    from cuda_l1.evaluate import probe
+    from cuda_l1.evaluate.confine import NAMESPACE_SETS
+    from cuda_l1.evaluate.seccomp import SOCKET_LEVELS
+
+    server = fork_server.shared()
+    assert server.usable(), server.log_tail()
+    config = SandboxConfig()
+    plan = config.confine_plan("", probe.identity_uid([]) if config.drop_identity else None)
+    results = {}
+    for which in NAMESPACE_SETS[:1]:
+        trials = [dataclasses.replace(plan, namespaces=which, sockets=sockets) for sockets in SOCKET_LEVELS]
+        for name, where in (("forked", server), ("fresh", None)):
+            with _probe_scratch(plan) as scratch:
+                results[name, which] = probe._trials("cuda:0", trials, scratch, where)
+    assert results[("forked", NAMESPACE_SETS[0])] == results[("fresh", NAMESPACE_SETS[0])], results
+    assert any(results[("forked", NAMESPACE_SETS[0])]), results  # the strongest namespaces work at some level
