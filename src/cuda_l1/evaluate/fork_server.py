@@ -138,6 +138,10 @@ class Stage:
         """Ready and not gone, without waiting."""
         return self._ready.is_set() and not self._dead
 
+    def starting(self) -> bool:
+        """Neither ready nor known to be gone: still importing what it preloads."""
+        return not self._ready.is_set()
+
     def usable(self, timeout: float = READY_TIMEOUT_S) -> bool:
         """Whether the server said it is ready (waiting for it the first time) and is not gone."""
         if not self._ready.wait(timeout):
@@ -360,7 +364,7 @@ def wait_for_imports(timeout: float = READY_TIMEOUT_S) -> None:
     busy process beside the timed core (about 1 s of a 2-core host's CPU), so no window is timed
     during it. Returns at once when none is (every evaluation of a process but its first few)."""
     for server in list(_SHARED.values()):
-        if server.compilers is not None and not server.compilers._ready.is_set():
+        if server.compilers is not None and server.compilers.starting():
             server.compilers.usable(timeout)
 
 
