@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl, check_references,
+from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl,
                            evaluate_candidates, write_report)
 from cuda_l1.devices import Device, as_device, device_key
 from cuda_l1.errors import UserError
@@ -97,9 +97,9 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     try:
         evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
                             on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
-                            rejudge=rejudge, imported=imported,
                             # a broken ref_code is bad input (exit 2), not a failing verdict of its kernel:
-                            check=lambda tasks: check_references(tasks, device, store=ctx.store))
+                            # the worker that prepares its task finds it (evaluate_candidates)
+                            rejudge=rejudge, imported=imported)
         dkey, ckey = device_key(device), config.config_key()
         rows = []
         for cand in candidates:  # resumed candidates come back from the store

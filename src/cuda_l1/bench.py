@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Callable, Iterable, Mapping
 
 from cuda_l1.devices import Device, as_device, device_key
 from cuda_l1.engine import Engine
-from cuda_l1.errors import UserError
+from cuda_l1.errors import TaskError, UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import REJUDGE_CHECK, Verdict
@@ -108,18 +107,19 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                         on_result: Callable[[Candidate, Verdict], None] | None = None,
                         decides_at: Callable[[Candidate], tuple[float, ...]] | None = None,
                         rejudge: frozenset[str] = frozenset(),
-                        check: Callable[[list[Task]], dict | None] | None = None,
                         imported: Mapping[tuple[str, str, str, str], Verdict] | None = None) -> dict:
     """Judge every candidate through the engine: one not yet judged on this device under these
     settings is evaluated (its program once: a duplicate gets its verdict), each verdict stored as it
     arrives (a kill loses nothing already judged). `on_result` sees each evaluated one; `decides_at`
     gives the speedups the caller decides a candidate at (EvalJob.thresholds: its timing may stop once
     clear of them). `rejudge`: statuses whose stored verdicts are judged again (Store.reopen_verdict).
-    `check` sees the tasks left to judge before any is, while the pool's workers start (check_references:
-    a resumed run of 250 tasks ran every reference once more, minutes on a GPU, for the few left); what
-    it returns is said when `progress` is on. `imported`: verdicts read from a
-    verdicts file (store.verdict_file), filed for the candidates they match instead of judging them
-    again (a settled one whose status is not in `rejudge`). Returns counts."""
+    `imported`: verdicts read from a verdicts file (store.verdict_file), filed for the candidates they
+    match instead of judging them again (a settled one whose status is not in `rejudge`). Returns counts.
+
+    Each task's reference is run once by the worker that prepares the task, before any of its
+    candidates is judged (TaskEnv); a broken one ends the run as bad input (TaskError), with the
+    verdicts already given kept. Running every reference here first cost a KernelBench run 70-95 s
+    of each call on an H200 before its first verdict."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
     reopened = taken = 0
@@ -145,22 +145,16 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     if not todo:  # a finished run resumed: no pool is started
         return counts
     with make_pool(cluster, config.device, config, workers) as pool:
-        if check is not None:  # while the workers start (imports, fork server, spare sides: 10-15 s on a GPU)
-            try:
-                checked = check(list({cand.task.id: cand.task for cand, _ in todo}.values()))
-            except BaseException:
-                pool.abort()  # nothing was submitted: a broken reference ends the run now
-                raise
-            if progress and isinstance(checked, dict) and checked.get("checked"):
-                print(f"ran {checked['checked']} reference(s) once before judging ({checked['seconds']:.0f} s)"
-                      + (f"; {checked['known']} had run before in this run directory" if checked["known"] else ""),
-                      file=sys.stderr, flush=True)
         engine = Engine(store, pool, device_key=dkey, config_key=ckey, run_id=ctx.run_id)
         futures = {engine.submit(cand.task, cid, cand.source, thresholds=decides_at(cand) if decides_at else ()): cand
                    for cand, cid in todo}
         with EvalProgress(engine.evaluations, enabled=progress) as bar:
             for future in as_completed(futures):
-                cand, judged = futures[future], future.result()
+                try:
+                    cand, judged = futures[future], future.result()
+                except TaskError:  # a task's reference does not run: bad input, the run ends now
+                    pool.abort()
+                    raise
                 if judged.reused:
                     counts["reused"] += 1
                     continue
@@ -185,37 +179,23 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
     return text
 
 
-def check_references(tasks: Iterable[Task], device: Device, store=None) -> dict:
+def check_references(tasks: Iterable[Task], device: Device) -> dict:
     """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
-    instead of as a failing verdict of each candidate. Skipped for GPUs that only a cluster has. With
-    `store` (a run directory's), a reference that ran there before on this device and these software
-    versions is not run again, and each one that runs is filed at once (an interrupted check keeps what
-    it did). Returns {"checked": run now, "known": taken from the store, "seconds": the time it took}."""
+    instead of as a failing verdict of each candidate: for callers of a few tasks (eval, optimize,
+    calibrate). Skipped for GPUs that only a cluster has. Returns {"checked": how many ran, "seconds"}."""
     import time
 
     import torch
 
-    from cuda_l1.evaluate.device import normalize_device, versions_key
     from cuda_l1.tasks.runtime import check_reference
 
-    result = {"checked": 0, "known": 0, "seconds": 0.0}
+    result = {"checked": 0, "seconds": 0.0}
     if device.remote:
         return result
     started = time.perf_counter()
-    keys = (device_key(device), versions_key(normalize_device(str(device)))) if store is not None else None
-    known = store.checked_references(*keys) if store is not None else set()
-    seen: set[str] = set()
-    for task in tasks:
-        if task.id in seen:
-            continue
-        seen.add(task.id)
-        if task.id in known:
-            result["known"] += 1
-            continue
+    for task in {task.id: task for task in tasks}.values():
         check_reference(task, str(device))
         result["checked"] += 1
-        if store is not None:
-            store.record_reference_check(task.id, *keys)
     if device.is_cuda and result["checked"]:
         torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers
     result["seconds"] = round(time.perf_counter() - started, 1)
@@ -304,8 +284,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     ctx.imported = dict(imported or {})
     try:
         counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
-                                     progress=progress, rejudge=rejudge, imported=imported,
-                                     check=lambda tasks: check_references(tasks, device, store=ctx.store))
+                                     progress=progress, rejudge=rejudge, imported=imported)
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()

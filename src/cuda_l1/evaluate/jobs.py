@@ -52,6 +52,10 @@ class EvalResult:
 
 
 NO_WORKER = "none"  # EvalResult.worker of a job the pool answered without judging it
+# A worker's answer in place of a verdict when the job's task, not its candidate, failed: its reference
+# does not load or run (TaskEnv). The job's future ends with a TaskError carrying the message (bad input
+# for the caller to report), and no verdict is stored: no candidate is blamed for its task.
+TASK_ERROR = "task_error"
 
 
 def failed_verdict(job: EvalJob, message: str, *, evaluation_failed: bool = True) -> Verdict:

@@ -32,8 +32,9 @@ import threading
 import time
 from concurrent.futures import Future
 
+from cuda_l1.errors import TaskError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
 
 
@@ -146,7 +147,9 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
                     start["compilers_ready"] = server.compilers.ready_at
                 verdict.timing["worker_start"], start = start, None
             outbox.put((job_id, verdict.to_dict(), None))
-        except Exception as exc:  # a bad task is the caller's error, reported per job
+        except TaskError as exc:  # the task's reference does not run: the caller's bad input
+            outbox.put((job_id, TASK_ERROR, str(exc)))
+        except Exception as exc:  # the evaluation failed: a runtime_error verdict, judged again later
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
 
 
@@ -297,7 +300,12 @@ class LocalPool(EvalPool):
                     self._inflight[index].remove(job_id)
                     if self._judging[index] == job_id:
                         self._judging[index] = None
-                if job_id in self._futures:
+                if verdict_dict == TASK_ERROR:
+                    with self._lock:
+                        future = self._futures.pop(job_id, (None,))[0]
+                    if future is not None:
+                        future.set_exception(TaskError(error or "the task's reference does not run"))
+                elif job_id in self._futures:
                     _, job, _ = self._futures[job_id]
                     worker = self.workers[index] if index is not None else "?"
                     verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(job, error or "")

@@ -32,11 +32,11 @@ from typing import Any
 import ray
 from ray import exceptions as ray_errors
 
-from cuda_l1.errors import UserError
+from cuda_l1.errors import TaskError, UserError
 from cuda_l1.evaluate import crowding
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device_room import room_for
-from cuda_l1.evaluate.jobs import NO_WORKER, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.ray_cluster import connect, runtime_env_secrets
 from cuda_l1.evaluate.verdict import Verdict
 
@@ -86,7 +86,9 @@ class EvalWorker:
             evaluator.config.best_known_speedup = best
             return crowding.judge(evaluator, source, device=evaluator.config.device, evaluators=self.evaluators,
                                   task=task, thresholds=thresholds).to_dict(), None
-        except Exception as exc:  # a bad task is the caller's error, reported per job
+        except TaskError as exc:  # the task's reference does not run: the caller's bad input
+            return TASK_ERROR, str(exc)
+        except Exception as exc:  # the evaluation failed: a runtime_error verdict, judged again later
             return None, f"{type(exc).__name__}: {exc}"
 
     def prepared_tasks(self) -> list[str]:
@@ -324,6 +326,11 @@ class RayPool(EvalPool):
         with self._lock:
             entry = self._futures.get(job_id)
         if entry is None:
+            return
+        if verdict_dict == TASK_ERROR:
+            with self._lock:
+                self._futures.pop(job_id, None)
+            entry[0].set_exception(TaskError(error or "the task's reference does not run"))
             return
         verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(entry[1], error or "")
         self._resolve(job_id, verdict, label)

@@ -25,7 +25,7 @@ from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.sides import Side, load_side, mapped_inputs
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.tasks import Task
-from cuda_l1.tasks.runtime import check_forward_args, check_init_args, load_task_module, module_footprint
+from cuda_l1.tasks.runtime import load_task_module, module_footprint, run_reference_once
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -126,12 +126,14 @@ class TaskEnv:
         origin = task.origin or task.name
         with supply.gate:  # the parent's own work on the device: never beside a timed window
             module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}")
-            from cuda_l1.evaluate import inputs as inputs_mod
-
             mark("module")
-            check_init_args(inputs_mod.make_init_inputs(module, self.init_seed), origin)
-            check_forward_args(inputs_mod.make_inputs(module, 0, self.device), origin)
-            mark("check_args")
+            # The reference is run once here, before any candidate of the task is judged: a broken one
+            # is the task's error (a TaskError, bad input), never a verdict on a candidate. The callers
+            # that judge many tasks (bench, audit) leave this check to the workers.
+            run_reference_once(module, origin, self.device)
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()  # its model, inputs and outputs are gone: their memory goes back
+            mark("reference_once")
             self.source = InputSource(module, self.device, origin)
             self.n_slots = _slot_budget(config, self.source.input_bytes(), _output_bytes(module))
             self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory

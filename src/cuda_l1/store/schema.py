@@ -155,6 +155,9 @@ MIGRATIONS: list[list[Step]] = [
             PRIMARY KEY (task_id, device, versions_key)
         )""",
     ],
+    # 4: the workers run each reference once before judging its task's candidates (TaskEnv), so the
+    # caller no longer runs them first, and the record of which did is gone with it.
+    ["DROP TABLE reference_checks"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -360,18 +360,6 @@ class Store(VerdictQueries):
         with self._write() as conn:
             self._upsert_reference(conn, task_id, device, versions_key, stats)
 
-    # -- reference checks ------------------------------------------------------------------------------
-    def checked_references(self, device: str, versions_key: str) -> set[str]:
-        """Ids of the tasks whose reference ran once here on this device and these versions."""
-        rows = self._read("SELECT task_id FROM reference_checks WHERE device = ? AND versions_key = ?",
-                          (device, versions_key))
-        return {row[0] for row in rows}
-
-    def record_reference_check(self, task_id: str, device: str, versions_key: str) -> None:
-        with self._write() as conn:
-            conn.execute("INSERT OR REPLACE INTO reference_checks (task_id, device, versions_key, checked_at)"
-                         " VALUES (?, ?, ?, ?)", (task_id, device, versions_key, time.time()))
-
     def integrity_check(self) -> str:
         return str(self._read("PRAGMA integrity_check")[0][0])
 

@@ -1,4 +1,4 @@
-"""Running a task's module-level code: build its module, its inputs and its model (never `forward`).
+"""Running a task's code: build its module, its inputs and its model, and check that the reference runs.
 
 Used by the trusted side of the evaluator and by `tasks show`. The child harness has its own
 minimal copy of module loading so that it does not import this package's trusted code paths.
@@ -144,30 +144,35 @@ def check_reference(task: Task, device: str = "cpu", seed: int = 0) -> None:
     """Run the reference once as the evaluator will: module, get_init_inputs, Model(...), get_inputs,
     forward. Raises TaskError naming the task's file and line when any of them fails, so a broken
     reference is reported as bad input before any candidate is blamed for it."""
+    module = load_task_module(task, module_name=f"cuda_l1_check_{task.id}")
+    try:
+        run_reference_once(module, task_filename(task), device, seed)
+    finally:
+        sys.modules.pop(module.__name__, None)
+
+
+def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0) -> None:
+    """check_reference on a loaded module: its inputs checked, its model built and called once on
+    `device`. A TaskError names `origin` and the line of the task's code that failed."""
     import torch
 
     from cuda_l1.evaluate import inputs as inputs_mod
 
-    origin = task_filename(task)
-    module = load_task_module(task, module_name=f"cuda_l1_check_{task.id}")
+    init_args = check_init_args(_call_seeded(inputs_mod.make_init_inputs, module, seed, origin,
+                                             "get_init_inputs"), origin)
     try:
-        init_args = check_init_args(_call_seeded(inputs_mod.make_init_inputs, module, seed, origin,
-                                                 "get_init_inputs"), origin)
-        try:
-            model = inputs_mod.build_model(module.Model, init_args, seed, device)
-        except Exception as exc:
-            raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
-        args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
-                                               device), origin)
-        try:
-            with torch.no_grad():
-                model(*args)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-        except Exception as exc:
-            raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
-    finally:
-        sys.modules.pop(module.__name__, None)
+        model = inputs_mod.build_model(module.Model, init_args, seed, device)
+    except Exception as exc:
+        raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
+    args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
+                                           device), origin)
+    try:
+        with torch.no_grad():
+            model(*args)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    except Exception as exc:
+        raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
 
 
 def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
