@@ -80,7 +80,7 @@ def bench_command(
     Writes summary.json, results.csv, report.html and plots to --out."""
     from cuda_l1.bench import check_references, load_summary, read_imported, run_bench, select_tasks
     from cuda_l1.calibrate import pick_tasks
-    from cuda_l1.cli.calibrate_cmd import noise_check
+    from cuda_l1.cli.calibrate_cmd import eager_is_the_noise_check, noise_check
     from cuda_l1.devices import parse_device
     from cuda_l1.tasks import for_device
 
@@ -89,6 +89,9 @@ def bench_command(
     imported = read_imported(verdicts_from)
     target = parse_device(device, cluster)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
+    strategies_run = not tasks and not str(source).endswith(".jsonl")  # else the candidates are given
+    if calibrate and strategies_run and eager_is_the_noise_check(chosen, quiet=as_json):
+        calibrate = False
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
         noise_tasks = select_tasks(for_device(tasks or source, target), level_set, limit)
         check_references(pick_tasks(noise_tasks, 3), target)  # the tasks it times, not all (250 of KernelBench)

@@ -106,7 +106,7 @@ def optimize_command(
     from cuda_l1.bench import check_references, load_summary, select_tasks
     from cuda_l1.devices import parse_device
     from cuda_l1.tasks import for_device
-    from cuda_l1.cli.calibrate_cmd import noise_check
+    from cuda_l1.cli.calibrate_cmd import eager_is_the_noise_check, noise_check
     from cuda_l1.search import SearchConfig, run_optimize
     from cuda_l1.search.run import pick_tasks
 
@@ -121,7 +121,7 @@ def optimize_command(
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
     tasks = pick_tasks(select_tasks(for_device(source, target), level_set), selectors)
     check_references(tasks, target)
-    if calibrate:
+    if calibrate and not eager_is_the_noise_check(config.strategies, quiet=as_json):
         noise_check(tasks, evaluation, target, out, quiet=as_json)
     result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,
                           device=target, levels=level_set, cluster=cluster, workers=workers,

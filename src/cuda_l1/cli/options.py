@@ -63,7 +63,8 @@ def levels() -> typer.models.OptionInfo:
 def calibrate() -> typer.models.OptionInfo:
     return typer.Option(True, "--calibrate/--no-calibrate",
                         help="First time the reference against itself on a few tasks (A/A), to show how "
-                        "far identical code strays on this host; results on a host too noisy are marked.")
+                        "far identical code strays on this host; results on a host too noisy are marked. A run "
+                        "of the eager strategy needs no such check first: its eager verdicts are one.")
 
 
 def as_json(what: str) -> typer.models.OptionInfo:
