@@ -42,6 +42,10 @@ def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["overall"]["n_tasks"] == 2 and summary["overall"]["n_correct"] == 2
     assert "missing" in json.dumps(summary["rules"])
+    # The eager strategy times each reference against itself: that is the run's noise check, with no
+    # separate A/A check first (calibration.json).
+    assert summary["noise"]["checked"] and summary["noise"]["eager"]["n"] == 2
+    assert not (out / "calibration.json").exists()
     for name in ("results.csv", "report.html", "history.sqlite"):
         assert (out / name).stat().st_size > 0
     assert list(out.glob("*.png"))
