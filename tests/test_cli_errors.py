@@ -121,17 +121,6 @@ def test_a_broken_reference_is_bad_input_not_a_traceback(what, tmp_path):
     assert_one_paragraph(proc, 2, "ref.py", message)
 
 
-def test_bench_over_a_folder_with_a_broken_task_names_it_before_evaluating(tmp_path):
-    folder = tmp_path / "tasks"
-    folder.mkdir()
-    (folder / "1_good.py").write_text(GOOD_TASK)
-    (folder / "2_bad.py").write_text(GOOD_TASK.replace("return x * 2", 'raise ValueError("forward broke")'))
-    proc = cli("bench", str(folder), "--device", "cpu", "--strategies", "eager", "--out", str(tmp_path / "run"))
-    assert_one_paragraph(proc, 2, "2_bad.py", "line 9", "forward broke")
-    assert not (tmp_path / "run" / "history.sqlite").exists()  # no candidate was blamed for it
-
-
-
 def test_a_broken_task_found_by_a_worker_ends_the_run_at_once(tmp_path):
     """Without the noise check, no reference runs before the workers judge: the worker that prepares a
     task runs its reference first, and a broken one still ends the run as bad input, the workers

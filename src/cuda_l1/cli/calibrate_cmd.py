@@ -15,18 +15,12 @@ from cuda_l1.errors import UserError
 from cuda_l1.tasks import for_device, parse_levels
 
 
-def eager_is_the_noise_check(strategies: list[str], *, quiet: bool) -> bool:
+def eager_is_the_noise_check(strategies) -> bool:
     """Whether a run's own eager candidates stand for the A/A check: the eager strategy times each
     task's reference against itself, as the check does on a few tasks, and the report judges their
-    spread the same way (calibrate.eager_spread). The check first cost a KernelBench run 37 s of an
-    H200 call, for an answer its first eager verdicts give. Says so unless `quiet`."""
-    if "eager" not in strategies:
-        return False
-    if not quiet:
-        err_console.print("noise check: the eager strategy times each task's reference against itself; its "
-                          "spread is this run's noise check, judged with the results.", markup=False,
-                          highlight=False, soft_wrap=True)
-    return True
+    spread the same way (calibrate.eager_spread), printed with the results. The check first cost a
+    KernelBench run 37 s of an H200 call, for an answer its first eager verdicts give."""
+    return "eager" in strategies
 
 
 def noise_check(tasks: list, config, device: Device, out: Path | None, *, quiet: bool, count: int = 3,

@@ -87,7 +87,6 @@ def eval_command(
     """Evaluate CANDIDATE against REFERENCE: isolation, correctness, integrity, timing.
 
     Exit 0 whenever a verdict was produced, whatever it says; 2 for a broken reference or bad options."""
-    from cuda_l1.bench import check_references
     from cuda_l1.devices import parse_device
     from cuda_l1.evaluate.fork_server import start_ahead
 
@@ -95,11 +94,12 @@ def eval_command(
     source = _read_candidate(candidate)
     target = parse_device(device)
     config = eval_config(target, tolerance, quick, no_timing, timeout, module_mode)
-    start_ahead(config.sandbox, config.device)  # the sides' imports beside this process's check, not after
-    check_references([task], target)
+    start_ahead(config.sandbox, config.device)  # the sides' imports beside this process's own, not after
     from cuda_l1.evaluate.evaluator import Evaluator  # imports torch: after the sides' start
 
     with console.status("evaluating…") if not as_json else _null():
+        # It runs the reference once before judging (TaskEnv): a broken one is a TaskError, bad input
+        # (exit 2), before any candidate code runs.
         evaluator = Evaluator(task, config)
         try:
             verdict = evaluator.evaluate(source)

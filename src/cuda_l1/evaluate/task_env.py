@@ -25,7 +25,7 @@ from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.sides import Side, load_side, mapped_inputs
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.tasks import Task
-from cuda_l1.tasks.runtime import load_task_module, module_footprint, run_reference_once
+from cuda_l1.tasks.runtime import load_task_module, run_reference_once
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -77,29 +77,19 @@ def gpu_timed_core(config: EvalConfig) -> int | None:
     return _idlest(allowed) if len(allowed) > 1 else None
 
 
-def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int | None = None) -> int:
+def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int) -> int:
     """Slots per side: the inputs of a window live three times (generated, and in each side's buffer)
     and each side keeps the outputs of two windows (this one's and the last one's) until they are
-    read. `output_bytes` (one call's, from a meta-device run) is taken to be as large as the inputs
-    when unknown: a small-input task with a large output (KernelBench's matmul with K=32: 4 MiB in,
-    1 GiB out) would otherwise get 256 slots and exhaust the GPU."""
+    read. `output_bytes`: one call's, from the reference's run (a small-input task with a large output,
+    KernelBench's matmul with K=32: 4 MiB in, 1 GiB out, would get 256 slots on its inputs alone and
+    exhaust the GPU)."""
     if config.input_memory_bytes:
         budget = config.input_memory_bytes
     elif config.device.startswith("cuda"):
         budget = torch.cuda.get_device_properties(torch.device(config.device)).total_memory // 5
     else:
         budget = 1 << 30
-    out = input_bytes if output_bytes is None else output_bytes
-    return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * out, 1)))
-
-
-def _output_bytes(module) -> int | None:
-    """Bytes of one call's outputs, from the reference (its loaded module) run on torch's meta device
-    (no memory, no kernels); None when it cannot run there (a data-dependent shape, an explicit device)."""
-    try:
-        return module_footprint(module)["output_bytes"]
-    except Exception:  # noqa: BLE001 - only a budget hint: the input-sized guess stands in
-        return None
+    return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * output_bytes, 1)))
 
 
 class TaskEnv:
@@ -129,13 +119,15 @@ class TaskEnv:
             mark("module")
             # The reference is run once here, before any candidate of the task is judged: a broken one
             # is the task's error (a TaskError, bad input), never a verdict on a candidate. The callers
-            # that judge many tasks (bench, audit) leave this check to the workers.
-            run_reference_once(module, origin, self.device)
+            # that judge many tasks (bench, audit) leave this check to the workers. Its outputs' size
+            # budgets the input slots; a run on torch's meta device gave it before, for the price of
+            # importing Dynamo (about 1 s) and none where a shape depends on the data.
+            output_bytes = run_reference_once(module, origin, self.device)
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()  # its model, inputs and outputs are gone: their memory goes back
             mark("reference_once")
             self.source = InputSource(module, self.device, origin)
-            self.n_slots = _slot_budget(config, self.source.input_bytes(), _output_bytes(module))
+            self.n_slots = _slot_budget(config, self.source.input_bytes(), output_bytes)
             self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
                                      if self.device.startswith("cuda") else config.sandbox.memory_bytes)
             mark("input_source")

@@ -151,9 +151,10 @@ def check_reference(task: Task, device: str = "cpu", seed: int = 0) -> None:
         sys.modules.pop(module.__name__, None)
 
 
-def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0) -> None:
+def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0) -> int:
     """check_reference on a loaded module: its inputs checked, its model built and called once on
-    `device`. A TaskError names `origin` and the line of the task's code that failed."""
+    `device`. A TaskError names `origin` and the line of the task's code that failed. Returns the bytes
+    of the call's tensor outputs (what the evaluator budgets input slots on: see TaskEnv)."""
     import torch
 
     from cuda_l1.evaluate import inputs as inputs_mod
@@ -168,11 +169,13 @@ def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu
                                            device), origin)
     try:
         with torch.no_grad():
-            model(*args)
+            out = model(*args)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
     except Exception as exc:
         raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
+    outputs = out if isinstance(out, (list, tuple)) else [out]
+    return sum(x.numel() * x.element_size() for x in outputs if isinstance(x, torch.Tensor))
 
 
 def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
