@@ -182,3 +182,38 @@ def test_a_candidate_out_of_memory_on_its_own_keeps_its_verdict_after_one_retry(
     finally:
         ahead.close()
         evaluators.close()
+
+
+def test_a_preparation_out_of_memory_beside_other_tasks_is_made_again_alone():
+    """A task's preparation runs its reference once on the device (TaskEnv), and a reference that fails
+    there is bad input that ends a bench. Out of device memory beside the other tasks a worker holds
+    is the device's state: the worker drops them and prepares the task again. Alone, or failing any
+    other way, the error stands."""
+    from cuda_l1.errors import TaskError
+
+    oom = TaskError("Model.forward(*get_inputs()) raised OutOfMemoryError: CUDA out of memory. Tried to "
+                    "allocate 8.00 GiB.", path="9_big.py")
+    failures: list = []
+
+    def make(task):
+        if failures:
+            raise failures.pop(0)
+        return ScriptedEvaluator(task, [], [], {"free": 0})
+
+    evaluators = Evaluators(make, keep=3)
+    first, big = _task(1), _task(2)
+    evaluators.get(first)
+    failures.append(oom)
+    assert crowding.prepare(evaluators, None, big, ()).task is big
+    assert evaluators.task_ids() == [big.id]  # the first task's evaluator was dropped for it
+
+    failures.append(oom)  # out of memory with nothing else held: the task's own
+    evaluators.retire_all()
+    with pytest.raises(TaskError, match="CUDA out of memory"):
+        crowding.prepare(evaluators, None, big, ())
+
+    evaluators.get(first)
+    broken = TaskError("Model.forward(*get_inputs()) raised ValueError: forward broke", path="2_relu.py")
+    with pytest.raises(TaskError, match="forward broke"):  # not memory: nothing is dropped for it
+        crowding.prepare(evaluators, None, big, (), failure=broken)
+    assert evaluators.task_ids() == [first.id]

@@ -46,6 +46,28 @@ def ran_out_of_device_memory(verdict: Verdict) -> bool:
     return any(marker in text for marker in OUT_OF_MEMORY_MARKERS)
 
 
+def out_of_device_memory(exc: BaseException) -> bool:
+    """Whether an exception of the worker's own (a task's preparation) says the device's memory ran out."""
+    return any(marker in f"{type(exc).__name__}: {exc}" for marker in OUT_OF_MEMORY_MARKERS)
+
+
+def prepare(evaluators: Any, ahead: Any | None, task: Any, busy, failure: BaseException | None = None) -> Any:
+    """`evaluators.get(task, busy)`, prepared again alone when its preparation ran out of device memory
+    beside what the worker holds. A preparation runs the reference once on the device (TaskEnv), and
+    a reference that fails there is the task's error (a TaskError: bad input, which ends a bench);
+    running out of memory beside other tasks' evaluations is the device's state, not the task's. So
+    the worker drops what it holds and prepares the task once more; out of memory alone, the error
+    stands. `failure`: the error of a preparation made ahead (lookahead.py), judged the same way."""
+    if failure is None:
+        try:
+            return evaluators.get(task, busy)
+        except Exception as exc:  # noqa: BLE001 - judged below, raised again unless it was the device
+            failure = exc
+    if not out_of_device_memory(failure) or clear_device(evaluators, ahead, task.id) <= 0:
+        raise failure
+    return evaluators.get(task, busy)
+
+
 def clear_device(evaluators: Any, ahead: Any | None, task_id: str) -> int:
     """Drop what a worker holds on its device: loads ahead first (their threads may be preparing
     tasks), then every held evaluator. Returns how many of them were there beside `task_id`'s own

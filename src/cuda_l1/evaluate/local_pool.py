@@ -129,9 +129,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             start.setdefault("first_job", time.time())
         try:
             evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
-            if error is not None:
-                raise error
-            evaluator = evaluator or evaluators.get(task, busy)
+            if error is not None or evaluator is None:  # (a preparation out of device memory: again, alone)
+                evaluator = crowding.prepare(evaluators, ahead, task, busy, failure=error)
             evaluator.config.best_known_speedup = best
             verdict = crowding.judge(evaluator, source, device=device, evaluators=evaluators, task=task,
                                      ahead=ahead, thresholds=thresholds, preloaded=preloaded)

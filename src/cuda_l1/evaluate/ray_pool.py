@@ -82,7 +82,7 @@ class EvalWorker:
     def evaluate(self, task, source: str, best: float | None,
                  thresholds: tuple[float, ...] = ()) -> tuple[dict | None, str | None]:
         try:
-            evaluator = self.evaluators.get(task)
+            evaluator = crowding.prepare(self.evaluators, None, task, ())  # (out of device memory: again, alone)
             evaluator.config.best_known_speedup = best
             return crowding.judge(evaluator, source, device=evaluator.config.device, evaluators=self.evaluators,
                                   task=task, thresholds=thresholds).to_dict(), None
