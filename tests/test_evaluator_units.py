@@ -729,3 +729,37 @@ def test_work_whose_thread_cannot_start_is_done_in_the_caller(monkeypatch):
         raise RuntimeError("can't start new thread")
     monkeypatch.setattr(threading.Thread, "start", refuse)
     assert in_own_arena(lambda: threading.current_thread().name) == threading.current_thread().name
+
+
+def test_only_a_first_start_of_the_reference_can_fail_as_the_tasks_error(monkeypatch):
+    """A reference whose side does not start the first time is bad input (a TaskError ends a bench).
+    Once it has started for the task, a failed restart (after a candidate crashed the side beside it,
+    say) is the evaluation's failure: a candidate cannot end a run by making its task look broken."""
+    from types import SimpleNamespace
+
+    import cuda_l1.evaluate.task_env as task_env
+    from cuda_l1.errors import TaskError
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import Evaluator
+    from cuda_l1.tasks import make_task
+    from task_sources import one_line_task
+
+    task = make_task(one_line_task("torch.relu(x)", "64"), name="1_relu", level=1, origin="test:relu")
+    config = EvalConfig(device="cpu", timing=TimingConfig.quick(), prewarm=False)
+    real = task_env.load_side
+    refuse = lambda *args, **kwargs: (SimpleNamespace(ok=False, message="the side refused"), None)  # noqa: E731
+    evaluator = Evaluator(task, config)
+    try:
+        assert evaluator.env.ref is not None
+        monkeypatch.setattr(task_env, "load_side", refuse)
+        with pytest.raises(RuntimeError, match="did not start again") as again:
+            evaluator.env.restart_reference()
+        assert not isinstance(again.value, TaskError)
+        monkeypatch.setattr(task_env, "load_side", real)
+        evaluator.env.start_reference()  # and the next start may well work
+        assert evaluator.env.ref is not None
+    finally:
+        evaluator.close()
+    monkeypatch.setattr(task_env, "load_side", refuse)
+    with pytest.raises(TaskError, match="does not load in the sandbox"):
+        Evaluator(task, config).close()

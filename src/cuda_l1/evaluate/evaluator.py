@@ -89,7 +89,12 @@ class Evaluator:
         self.build = build if build is not None else default_builder(config)
         self.own_supply = supply is None
         self.supply = supply if supply is not None else SideSupply(prewarm_of(config), spares=1)
-        self.env = TaskEnv(task, config, self.build, self.supply)
+        try:
+            self.env = TaskEnv(task, config, self.build, self.supply)  # a broken reference raises TaskError
+        except BaseException:
+            if self.own_supply:  # its spare sides go with it
+                self.supply.close()
+            raise
         self._setup_reported = False
 
     def preload(self, source: str) -> Preloaded:

@@ -136,6 +136,7 @@ class TaskEnv:
         self.oracle_unavailable = ""
         self.reference_peak = 0  # host memory the reference's side was seen holding (side_memory.py)
         self.ref: Side | None = None
+        self.reference_started = False  # once: a later failure to start it is not the task's (start_reference)
         self.start_reference()
         mark("reference")
 
@@ -179,7 +180,22 @@ class TaskEnv:
 
     def start_reference(self) -> None:
         """The reference's side, loaded (in a helper thread too: it works in the background, stopped for
-        every timed window of the worker, until it is stopped for good here)."""
+        every timed window of the worker, until it is stopped for good here).
+
+        A reference that does not start the first time is the task's error (a TaskError: bad input,
+        which ends a bench). Once it has started, a later start that fails (after a candidate crashed
+        the side beside it, say) is the evaluation's failure, not the task's: a candidate must not be
+        able to end a run by making its task look broken."""
+        try:
+            self._start_reference()
+        except TaskError as exc:
+            if not self.reference_started:
+                raise
+            raise RuntimeError(f"the reference's side, started before for this task, did not start again: "
+                               f"{exc}") from None
+        self.reference_started = True
+
+    def _start_reference(self) -> None:
         gate = self.supply.gate
         t0 = time.perf_counter()
         with gate:  # taken and tracked at once: no window runs between the two
