@@ -91,7 +91,7 @@ for s in "${steps[@]}"; do
         exit 1
       fi ;;
     gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
-        tests/test_adversarial_gpu.py tests/test_build.py tests/test_fork_server.py ;;
+        tests/test_fork_server.py tests/test_adversarial_gpu.py tests/test_build.py ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
         ${GPU_CORPUS_NAMES:+--names "$GPU_CORPUS_NAMES"} --out "$out/gpu-corpus.jsonl" ;;
     cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
