@@ -184,15 +184,13 @@ def test_a_candidate_out_of_memory_on_its_own_keeps_its_verdict_after_one_retry(
         evaluators.close()
 
 
-def test_a_preparation_out_of_memory_beside_other_tasks_is_made_again_alone():
+def test_a_reference_failing_beside_other_tasks_on_a_gpu_is_prepared_again_alone():
     """A task's preparation runs its reference once on the device (TaskEnv), and a reference that fails
-    there is bad input that ends a bench. Out of device memory beside the other tasks a worker holds
-    is the device's state: the worker drops them and prepares the task again. Alone, or failing any
-    other way, the error stands."""
-    from cuda_l1.errors import TaskError
+    there is bad input that ends a bench (BrokenTask). Beside the other tasks a GPU worker holds, the
+    failure may be the device's (out of memory, in whatever words): the worker drops them and prepares
+    the task again; failing alone, the task is broken. Without a device (a CPU worker), it is at once."""
+    from cuda_l1.errors import BrokenTask, TaskError
 
-    oom = TaskError("Model.forward(*get_inputs()) raised OutOfMemoryError: CUDA out of memory. Tried to "
-                    "allocate 8.00 GiB.", path="9_big.py")
     failures: list = []
 
     def make(task):
@@ -200,20 +198,34 @@ def test_a_preparation_out_of_memory_beside_other_tasks_is_made_again_alone():
             raise failures.pop(0)
         return ScriptedEvaluator(task, [], [], {"free": 0})
 
-    evaluators = Evaluators(make, keep=3)
+    room = DeviceRoom("cuda:0", free=lambda: 100 * GiB, need=lambda source: GiB)
+    evaluators = Evaluators(make, keep=3, room=room)
     first, big = _task(1), _task(2)
     evaluators.get(first)
-    failures.append(oom)
+    failures.append(BrokenTask("9_big.py: Model.forward(*get_inputs()) raised RuntimeError: "
+                               "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
     assert crowding.prepare(evaluators, None, big, ()).task is big
     assert evaluators.task_ids() == [big.id]  # the first task's evaluator was dropped for it
 
-    failures.append(oom)  # out of memory with nothing else held: the task's own
-    evaluators.retire_all()
-    with pytest.raises(TaskError, match="CUDA out of memory"):
+    evaluators.retire_all()  # nothing else held: the failure is the task's
+    failures.append(BrokenTask("9_big.py: Model.forward(*get_inputs()) raised ValueError: forward broke"))
+    with pytest.raises(BrokenTask, match="forward broke"):
         crowding.prepare(evaluators, None, big, ())
 
-    evaluators.get(first)
-    broken = TaskError("Model.forward(*get_inputs()) raised ValueError: forward broke", path="2_relu.py")
-    with pytest.raises(TaskError, match="forward broke"):  # not memory: nothing is dropped for it
-        crowding.prepare(evaluators, None, big, (), failure=broken)
+    evaluators.get(first)  # a failure made ahead, twice over: fails alone too
+    failures.append(BrokenTask("2_relu.py: Model.forward(*get_inputs()) raised ValueError: forward broke"))
+    with pytest.raises(BrokenTask, match="forward broke"):
+        crowding.prepare(evaluators, None, big, (), failure=BrokenTask("2_relu.py: forward broke"))
+    assert evaluators.task_ids() == []
+
+    evaluators.get(first)  # any other failure is raised as it is, nothing dropped for it
+    with pytest.raises(TaskError, match="sandbox"):
+        crowding.prepare(evaluators, None, big, (), failure=TaskError("the reference does not load in the sandbox"))
     assert evaluators.task_ids() == [first.id]
+
+    on_cpu = Evaluators(make, keep=3)  # no device room: a CPU worker
+    on_cpu.get(first)
+    failures.append(BrokenTask("2_relu.py: forward broke"))
+    with pytest.raises(BrokenTask):
+        crowding.prepare(on_cpu, None, big, ())
+    assert on_cpu.task_ids() == [first.id]

@@ -22,6 +22,12 @@ class TaskError(UserError):
     """A task source that is not a usable KernelBench-format task."""
 
 
+class BrokenTask(TaskError):
+    """A task whose reference failed when an evaluation worker ran it once, in its own trusted process,
+    before judging any candidate of it: the one failure a worker reports as the task's (bad input that
+    ends a bench), since no candidate's code has run in that process (evaluate/task_env.py)."""
+
+
 class RunError(Exception):
     """The run itself failed (an endpoint that never answered, say): one paragraph, exit code 1.
 

@@ -88,6 +88,15 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message} {usage}; see '{ctx.command_path} --help'."
 
 
+def _first_said(group: BaseExceptionGroup) -> UserError | RunError | None:
+    """The first UserError or RunError in an exception group (nested groups searched in order)."""
+    for exc in group.exceptions:
+        found = _first_said(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if isinstance(found, (UserError, RunError)):
+            return found
+    return None
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every user-facing failure into an exit code."""
     exit_cls, abort_cls, click_exc = parser_exceptions()
@@ -100,6 +109,12 @@ def run(argv: list[str] | None = None) -> int:
     except RunError as exc:
         print_error(str(exc))
         return exc.exit_code
+    except BaseExceptionGroup as group:  # an asyncio TaskGroup's (optimize's loop): bad input said as such
+        said = _first_said(group)
+        if said is None:
+            raise
+        print_error(str(said))
+        return said.exit_code
     except exit_cls as exc:
         return exc.exit_code
     except abort_cls:

@@ -27,8 +27,10 @@ over (the re-measure rule applies as before); the verdict notes it (`timing["cro
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
+from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.device_room import HEADROOM_BYTES
 from cuda_l1.evaluate.verdict import Verdict
 
@@ -46,25 +48,27 @@ def ran_out_of_device_memory(verdict: Verdict) -> bool:
     return any(marker in text for marker in OUT_OF_MEMORY_MARKERS)
 
 
-def out_of_device_memory(exc: BaseException) -> bool:
-    """Whether an exception of the worker's own (a task's preparation) says the device's memory ran out."""
-    return any(marker in f"{type(exc).__name__}: {exc}" for marker in OUT_OF_MEMORY_MARKERS)
-
-
 def prepare(evaluators: Any, ahead: Any | None, task: Any, busy, failure: BaseException | None = None) -> Any:
-    """`evaluators.get(task, busy)`, prepared again alone when its preparation ran out of device memory
-    beside what the worker holds. A preparation runs the reference once on the device (TaskEnv), and
-    a reference that fails there is the task's error (a TaskError: bad input, which ends a bench);
-    running out of memory beside other tasks' evaluations is the device's state, not the task's. So
-    the worker drops what it holds and prepares the task once more; out of memory alone, the error
-    stands. `failure`: the error of a preparation made ahead (lookahead.py), judged the same way."""
+    """`evaluators.get(task, busy)`, prepared again alone when its reference failed beside what the
+    worker holds on a GPU. A preparation runs the reference once on the device (TaskEnv), and a
+    failure there is the task's error (BrokenTask: bad input, which ends a bench). Beside other
+    tasks' evaluations it may be the device's state instead (out of memory, in words no list of
+    markers holds: a cuBLAS or cuDNN handle that cannot be made says it otherwise), so before it is
+    taken as the task's, the worker drops what it holds and prepares the task once more; a broken
+    reference fails again, alone. `failure`: the error of a preparation made ahead (lookahead.py)."""
     if failure is None:
         try:
             return evaluators.get(task, busy)
-        except Exception as exc:  # noqa: BLE001 - judged below, raised again unless it was the device
+        except BrokenTask as exc:
             failure = exc
-    if not out_of_device_memory(failure) or clear_device(evaluators, ahead, task.id) <= 0:
+    if not isinstance(failure, BrokenTask) or evaluators.room is None:  # (no device room: not a GPU)
         raise failure
+    message = str(failure)
+    failure = None  # nothing of the failed run (its tensors in a traceback's frames) outlives this line
+    if clear_device(evaluators, ahead, task.id) <= 0:
+        raise BrokenTask(message)
+    gc.collect()
+    evaluators.room.release_cached()
     return evaluators.get(task, busy)
 
 

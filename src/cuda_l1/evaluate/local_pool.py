@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from cuda_l1.errors import TaskError
+from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
@@ -129,8 +129,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
             start.setdefault("first_job", time.time())
         try:
             evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
-            if error is not None or evaluator is None:  # (a preparation out of device memory: again, alone)
-                evaluator = crowding.prepare(evaluators, ahead, task, busy, failure=error)
+            if error is not None or evaluator is None:  # a reference failing beside other tasks: crowding.py
+                evaluator = crowding.prepare(evaluators, ahead, task, busy, failure=error)  # (again, alone)
             evaluator.config.best_known_speedup = best
             verdict = crowding.judge(evaluator, source, device=device, evaluators=evaluators, task=task,
                                      ahead=ahead, thresholds=thresholds, preloaded=preloaded)
@@ -146,7 +146,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
                     start["compilers_ready"] = server.compilers.ready_at
                 verdict.timing["worker_start"], start = start, None
             outbox.put((job_id, verdict.to_dict(), None))
-        except TaskError as exc:  # the task's reference does not run: the caller's bad input
+        except BrokenTask as exc:  # the task's reference failed in this process: the caller's bad input
             outbox.put((job_id, TASK_ERROR, str(exc)))
         except Exception as exc:  # the evaluation failed: a runtime_error verdict, judged again later
             outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
@@ -299,15 +299,16 @@ class LocalPool(EvalPool):
                     self._inflight[index].remove(job_id)
                     if self._judging[index] == job_id:
                         self._judging[index] = None
-                if verdict_dict == TASK_ERROR:
+                if verdict_dict == TASK_ERROR and job_id not in self._first:
                     with self._lock:
                         future = self._futures.pop(job_id, (None,))[0]
                     if future is not None:
-                        future.set_exception(TaskError(error or "the task's reference does not run"))
-                elif job_id in self._futures:
+                        future.set_exception(BrokenTask(error or "the task's reference does not run"))
+                elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
                     _, job, _ = self._futures[job_id]
                     worker = self.workers[index] if index is not None else "?"
-                    verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(job, error or "")
+                    verdict = (Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict)
+                               else failed_verdict(job, error or ""))
                     self._settle(job_id, job, verdict, index, worker)
             self._replace_dead()
 

@@ -32,7 +32,7 @@ from typing import Any
 import ray
 from ray import exceptions as ray_errors
 
-from cuda_l1.errors import TaskError, UserError
+from cuda_l1.errors import BrokenTask, UserError
 from cuda_l1.evaluate import crowding
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device_room import room_for
@@ -82,11 +82,11 @@ class EvalWorker:
     def evaluate(self, task, source: str, best: float | None,
                  thresholds: tuple[float, ...] = ()) -> tuple[dict | None, str | None]:
         try:
-            evaluator = crowding.prepare(self.evaluators, None, task, ())  # (out of device memory: again, alone)
+            evaluator = crowding.prepare(self.evaluators, None, task, ())  # a failure beside others: again, alone
             evaluator.config.best_known_speedup = best
             return crowding.judge(evaluator, source, device=evaluator.config.device, evaluators=self.evaluators,
                                   task=task, thresholds=thresholds).to_dict(), None
-        except TaskError as exc:  # the task's reference does not run: the caller's bad input
+        except BrokenTask as exc:  # the task's reference failed in this process: the caller's bad input
             return TASK_ERROR, str(exc)
         except Exception as exc:  # the evaluation failed: a runtime_error verdict, judged again later
             return None, f"{type(exc).__name__}: {exc}"
@@ -330,7 +330,7 @@ class RayPool(EvalPool):
         if verdict_dict == TASK_ERROR:
             with self._lock:
                 self._futures.pop(job_id, None)
-            entry[0].set_exception(TaskError(error or "the task's reference does not run"))
+            entry[0].set_exception(BrokenTask(error or "the task's reference does not run"))
             return
         verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(entry[1], error or "")
         self._resolve(job_id, verdict, label)

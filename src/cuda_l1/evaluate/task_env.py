@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from cuda_l1.errors import TaskError
+from cuda_l1.errors import BrokenTask, TaskError
 from cuda_l1.evaluate import fork_server, gating, side_memory
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pinning import pin_side
@@ -115,14 +115,21 @@ class TaskEnv:
 
         origin = task.origin or task.name
         with supply.gate:  # the parent's own work on the device: never beside a timed window
-            module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}")
-            mark("module")
-            # The reference is run once here, before any candidate of the task is judged: a broken one
-            # is the task's error (a TaskError, bad input), never a verdict on a candidate. The callers
-            # that judge many tasks (bench, audit) leave this check to the workers. Its outputs' size
-            # budgets the input slots; a run on torch's meta device gave it before, for the price of
-            # importing Dynamo (about 1 s) and none where a shape depends on the data.
-            output_bytes = run_reference_once(module, origin, self.device)
+            # The reference is run once here, in this trusted process, before any candidate of the task
+            # is judged: a broken one is the task's error (BrokenTask, bad input), never a verdict on a
+            # candidate. The callers that judge many tasks (bench, audit) leave this check to the
+            # workers. Its outputs' size budgets the input slots; a run on torch's meta device gave it
+            # before, for the price of importing Dynamo (about 1 s) and none where a shape depends on
+            # the data. (What fails later, in the sandbox, is the evaluation's failure: see start_reference.)
+            broken = ""
+            try:
+                module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}")
+                mark("module")
+                output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode)
+            except TaskError as exc:
+                broken = str(exc)
+            if broken:  # raised here, outside the handler: no traceback keeps the failed run's tensors
+                raise BrokenTask(broken)
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()  # its model, inputs and outputs are gone: their memory goes back
             mark("reference_once")

@@ -145,7 +145,9 @@ MIGRATIONS: list[list[Step]] = [
     ],
     # 3: references that ran once as the evaluator runs them (bench.check_references), per device and
     # software versions. A resumed KernelBench run ran again, at each start, every reference it had not
-    # judged yet (228 on an H200 call that spent 73 s of its 358 before its first verdict).
+    # judged yet (228 on an H200 call that spent 73 s of its 358 before its first verdict). No longer
+    # written: the workers run each reference once before judging its task (TaskEnv), and the caller
+    # none. Kept, so that a store stays readable by the releases that wrote it.
     [
         """CREATE TABLE reference_checks (
             task_id TEXT NOT NULL REFERENCES tasks(id),
@@ -155,9 +157,6 @@ MIGRATIONS: list[list[Step]] = [
             PRIMARY KEY (task_id, device, versions_key)
         )""",
     ],
-    # 4: the workers run each reference once before judging its task's candidates (TaskEnv), so the
-    # caller no longer runs them first, and the record of which did is gone with it.
-    ["DROP TABLE reference_checks"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

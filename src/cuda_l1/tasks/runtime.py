@@ -140,21 +140,23 @@ def load_task_module(task: Task, module_name: str = "cuda_l1_task") -> types.Mod
         raise TaskError(f"executing the module raised {_where(exc, filename)}", path=filename) from None
 
 
-def check_reference(task: Task, device: str = "cpu", seed: int = 0) -> None:
+def check_reference(task: Task, device: str = "cpu", seed: int = 0, mode: str = "train") -> None:
     """Run the reference once as the evaluator will: module, get_init_inputs, Model(...), get_inputs,
     forward. Raises TaskError naming the task's file and line when any of them fails, so a broken
     reference is reported as bad input before any candidate is blamed for it."""
     module = load_task_module(task, module_name=f"cuda_l1_check_{task.id}")
     try:
-        run_reference_once(module, task_filename(task), device, seed)
+        run_reference_once(module, task_filename(task), device, seed, mode)
     finally:
         sys.modules.pop(module.__name__, None)
 
 
-def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0) -> int:
+def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0,
+                       mode: str = "train") -> int:
     """check_reference on a loaded module: its inputs checked, its model built and called once on
-    `device`. A TaskError names `origin` and the line of the task's code that failed. Returns the bytes
-    of the call's tensor outputs (what the evaluator budgets input slots on: see TaskEnv)."""
+    `device`, in `mode` (inputs.build_model). A TaskError names `origin` and the line of the task's code
+    that failed. Returns the bytes of the call's tensor outputs (what the evaluator budgets input slots
+    on: see TaskEnv)."""
     import torch
 
     from cuda_l1.evaluate import inputs as inputs_mod
@@ -162,7 +164,7 @@ def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu
     init_args = check_init_args(_call_seeded(inputs_mod.make_init_inputs, module, seed, origin,
                                              "get_init_inputs"), origin)
     try:
-        model = inputs_mod.build_model(module.Model, init_args, seed, device)
+        model = inputs_mod.build_model(module.Model, init_args, seed, device, mode)
     except Exception as exc:
         raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
     args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
