@@ -7,6 +7,7 @@ could not do its work exits 1.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -204,3 +205,18 @@ def test_bad_input_inside_an_exception_group_is_one_paragraph():
     assert _first_said(nested) is broken
     assert isinstance(_first_said(ExceptionGroup("g", [RunError("endpoint gone")])), RunError)
     assert _first_said(ExceptionGroup("g", [ValueError("a bug")])) is None
+
+
+def test_the_reference_is_checked_in_the_module_mode_it_is_judged_in(tmp_path):
+    """A BatchNorm over a batch of one runs in eval mode only: with --module-mode eval the reference's
+    one run (TaskEnv) is made in eval mode too, not refused as broken."""
+    (tmp_path / "ref.py").write_text(GOOD_TASK.replace("return x * 2", "return self.bn(x)").replace(
+        "class Model(nn.Module):\n", "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.bn = nn.BatchNorm1d(64)\n\n").replace("torch.randn(64)", "torch.randn(1, 64)"))
+    (tmp_path / "cand.py").write_text((tmp_path / "ref.py").read_text().replace("class Model(", "class ModelNew("))
+    train = cli("eval", "ref.py", "cand.py", "--device", "cpu", "--no-timing", cwd=tmp_path)
+    assert_one_paragraph(train, 2, "ref.py", "Expected more than 1 value per channel")
+    judged = cli("eval", "ref.py", "cand.py", "--device", "cpu", "--no-timing", "--module-mode", "eval", "--json",
+                 cwd=tmp_path)
+    assert judged.returncode == 0, judged.stderr[-2000:]
+    assert json.loads(judged.stdout)["status"] == "ok"

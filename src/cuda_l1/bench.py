@@ -117,7 +117,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     match instead of judging them again (a settled one whose status is not in `rejudge`). Returns counts.
 
     Each task's reference is run once by the worker that prepares the task, before any of its
-    candidates is judged (TaskEnv); a broken one ends the run as bad input (TaskError), with the
+    candidates is judged (TaskEnv); a broken one ends the run as bad input (BrokenTask), with the
     verdicts already given kept. Running every reference here first cost a KernelBench run 70-95 s
     of each call on an H200 before its first verdict."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
@@ -152,7 +152,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
             for future in as_completed(futures):
                 try:
                     cand, judged = futures[future], future.result()
-                except TaskError:  # a task's reference does not run: bad input, the run ends now
+                except TaskError:  # a BrokenTask: a task's reference does not run, bad input; the run ends now
                     pool.abort()
                     raise
                 if judged.reused:
@@ -179,10 +179,11 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
     return text
 
 
-def check_references(tasks: Iterable[Task], device: Device) -> dict:
+def check_references(tasks: Iterable[Task], device: Device, mode: str = "train") -> dict:
     """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
     instead of as a failing verdict of each candidate: for callers of a few tasks (eval, optimize,
-    calibrate). Skipped for GPUs that only a cluster has. Returns {"checked": how many ran, "seconds"}."""
+    calibrate), in the module mode they judge in. Skipped for GPUs that only a cluster has. Returns
+    {"checked": how many ran, "seconds"}."""
     import time
 
     import torch
@@ -194,7 +195,7 @@ def check_references(tasks: Iterable[Task], device: Device) -> dict:
         return result
     started = time.perf_counter()
     for task in {task.id: task for task in tasks}.values():
-        check_reference(task, str(device))
+        check_reference(task, str(device), mode=mode)
         result["checked"] += 1
     if device.is_cuda and result["checked"]:
         torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers

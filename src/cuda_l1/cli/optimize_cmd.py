@@ -120,7 +120,7 @@ def optimize_command(
                           strategies=_strategy_names(strategies), seed=seed)
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
     tasks = pick_tasks(select_tasks(for_device(source, target), level_set), selectors)
-    check_references(tasks, target)
+    check_references(tasks, target, mode=evaluation.module_mode)
     if calibrate and not eager_is_the_noise_check(config.strategies):
         noise_check(tasks, evaluation, target, out, quiet=as_json)
     result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,

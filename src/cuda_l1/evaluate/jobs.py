@@ -53,8 +53,9 @@ class EvalResult:
 
 NO_WORKER = "none"  # EvalResult.worker of a job the pool answered without judging it
 # A worker's answer in place of a verdict when the job's task, not its candidate, failed: its reference
-# does not load or run (TaskEnv). The job's future ends with a TaskError carrying the message (bad input
-# for the caller to report), and no verdict is stored: no candidate is blamed for its task.
+# failed its one run in the worker's own process (BrokenTask, TaskEnv). The job's future ends with a
+# BrokenTask carrying the message (bad input for the caller to report), and no verdict is stored: no
+# candidate is blamed for its task. Failures in the sandbox are verdicts, judged again later.
 TASK_ERROR = "task_error"
 
 

@@ -189,10 +189,11 @@ class TaskEnv:
         """The reference's side, loaded (in a helper thread too: it works in the background, stopped for
         every timed window of the worker, until it is stopped for good here).
 
-        A reference that does not start the first time is the task's error (a TaskError: bad input,
-        which ends a bench). Once it has started, a later start that fails (after a candidate crashed
-        the side beside it, say) is the evaluation's failure, not the task's: a candidate must not be
-        able to end a run by making its task look broken."""
+        A reference that does not start the first time raises a TaskError: bad input for `cuda-l1
+        eval`, which judges in its own process; a pool's worker answers it as the evaluation's failure,
+        judged again later (only a BrokenTask ends a bench: a sandbox can fail for reasons a candidate
+        beside it provoked). Once it has started, a later start that fails (after a candidate crashed
+        the side beside it, say) is the evaluation's failure everywhere, a RuntimeError."""
         try:
             self._start_reference()
         except TaskError as exc:
