@@ -63,10 +63,9 @@ def prepare(evaluators: Any, ahead: Any | None, task: Any, busy, failure: BaseEx
             failure = exc
     if not isinstance(failure, BrokenTask) or evaluators.room is None:  # (no device room: not a GPU)
         raise failure
-    message = str(failure)
-    failure = None  # nothing of the failed run (its tensors in a traceback's frames) outlives this line
+    # (TaskEnv raises a BrokenTask outside its handler: no traceback of it keeps the failed run's tensors.)
     if clear_device(evaluators, ahead, task.id) <= 0:
-        raise BrokenTask(message)
+        raise failure
     gc.collect()
     evaluators.room.release_cached()
     return evaluators.get(task, busy)
