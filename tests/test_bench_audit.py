@@ -49,9 +49,12 @@ def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
     for name in ("results.csv", "report.html", "history.sqlite"):
         assert (out / name).stat().st_size > 0
     assert list(out.glob("*.png"))
-    again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json")
+    # Asked for by name, the A/A check runs in a run of eager too.
+    again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json",
+                "--calibrate")
     assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0, "rejudged": 0,
                                                   "imported": 0}
+    assert json.loads((out / "calibration.json").read_text())["checks"][0]["n"] == 2
     # Verdicts the user no longer trusts are judged again on request, and say what they replaced.
     redo = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out),
                "--json", "--no-calibrate", "--rejudge", "ok")

@@ -83,6 +83,16 @@ def test_identical_code_that_fails_is_too_noisy():
     assert result["too_noisy"] and "did not come out ok" in result["reasons"][0]
 
 
+def test_a_runs_eager_candidate_that_fails_is_its_tasks_failure_not_noise(tmp_path):
+    rows = [_row("eager", 1.0 + i / 1000, (0.98, 1.03)) for i in range(4)]
+    failed = _row("eager", 0.5, (0.4, 0.6))
+    failed.verdict.status = "timeout"
+    spread = eager_spread(rows + [failed], "cpu")
+    assert not spread["too_noisy"] and spread["n_failed"] == 1 and spread["n_ok"] == 4
+    assert "1 identical-code evaluation(s) did not come out ok" in verdict_text(spread)
+    assert eager_spread([failed], "cpu")["too_noisy"]  # nothing measured: no check passed
+
+
 def test_calibration_tasks_are_spread_over_the_levels():
     tasks = [make_task(TASK.replace("+ 1", f"+ {i}"), name=f"{i}_t", level=1 + i % 3, origin=f"t{i}")
              for i in range(9)]

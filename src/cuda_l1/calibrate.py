@@ -61,16 +61,20 @@ def pick_tasks(tasks: Sequence[Task], count: int) -> list[Task]:
     return picked
 
 
-def judge_spread(points: Iterable[dict], band: float, max_off_fraction: float = 1 / 3) -> dict:
+def judge_spread(points: Iterable[dict], band: float, max_off_fraction: float = 1 / 3,
+                 failures_are_noise: bool = True) -> dict:
     """Summary of A/A points (dicts with status, raw_speedup, speedup): the spread and whether it is
-    too noisy, with the reason in words."""
+    too noisy, with the reason in words. `failures_are_noise`: an evaluation that did not come out
+    ok makes the check fail (the A/A check's few tasks were picked to run; a run's own eager
+    candidates were not, and one that fails, a timeout on a huge task say, is that task's failure,
+    counted in `n_failed` and in the run's report, not a sign of a noisy host)."""
     points = list(points)
     ok = [p for p in points if p.get("status") == "ok" and p.get("raw_speedup") is not None]
     raws = [float(p["raw_speedup"]) for p in ok]
     deviation = statistics.median([abs(r - 1.0) for r in raws]) if raws else None
     off = [p for p in ok if p.get("speedup") is not None and round(float(p["speedup"]), 2) != 1.0]
     reasons = []
-    if len(ok) < len(points):
+    if len(ok) < len(points) and (failures_are_noise or not ok):
         reasons.append(f"{len(points) - len(ok)} of {len(points)} identical-code evaluations did not come out ok")
     if deviation is not None and deviation > band:
         reasons.append(f"identical code measured a median {100 * deviation:.1f}% away from 1.00 "
@@ -85,6 +89,7 @@ def judge_spread(points: Iterable[dict], band: float, max_off_fraction: float = 
     return {
         "n": len(points),
         "n_ok": len(ok),
+        "n_failed": len(points) - len(ok),
         "band": band,
         "raw_median": statistics.median(raws) if raws else None,
         "raw_min": min(raws) if raws else None,
@@ -150,7 +155,7 @@ def eager_spread(rows: Iterable, device: str, config: CalibrationConfig | None =
     if not points:
         return None
     return {"kind": "eager", "what": "the run's eager candidates (the reference unchanged, timed as the run was)",
-            **judge_spread(points, band_for(device, config), config.max_off_fraction)}
+            **judge_spread(points, band_for(device, config), config.max_off_fraction, failures_are_noise=False)}
 
 
 def point_line(point: dict) -> str:
@@ -169,9 +174,11 @@ def verdict_text(result: dict) -> str:
         return (f"this host is too noisy to measure speedups: {'; '.join(result['reasons'])} ({spread}). "
                 "Results of this run are marked as such; stop other work on the machine and rerun.")
     inside = result.get("n_ok", 0) - result.get("n_outside_band", 0)
+    failed = (f" {result['n_failed']} identical-code evaluation(s) did not come out ok: their tasks' "
+              "failures, shown with the run's results." if result.get("n_failed") else "")
     # "passed" allows a share outside the band (max_off_fraction): say how many were inside it
     return (f"noise check passed: identical code within 1 +- {result['band']:g} on {inside} of "
-            f"{result.get('n_ok', 0)} task(s) ({spread}).")
+            f"{result.get('n_ok', 0)} task(s) ({spread})." + failed)
 
 
 def save_calibration(out_dir: str | Path, result: dict) -> Path:

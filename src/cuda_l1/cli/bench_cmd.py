@@ -90,8 +90,8 @@ def bench_command(
     target = parse_device(device, cluster)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)
     strategies_run = not tasks and not str(source).endswith(".jsonl")  # else the candidates are given
-    if calibrate and strategies_run and eager_is_the_noise_check(chosen):
-        calibrate = False
+    if calibrate is None:  # not asked either way: a run of eager is its own check
+        calibrate = not (strategies_run and eager_is_the_noise_check(chosen))
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
         noise_tasks = select_tasks(for_device(tasks or source, target), level_set, limit)
         check_references(pick_tasks(noise_tasks, 3), target, mode=config.module_mode)  # those it times, not all

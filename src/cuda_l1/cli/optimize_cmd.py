@@ -121,7 +121,9 @@ def optimize_command(
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
     tasks = pick_tasks(select_tasks(for_device(source, target), level_set), selectors)
     check_references(tasks, target, mode=evaluation.module_mode)
-    if calibrate and not eager_is_the_noise_check(config.strategies):
+    if calibrate is None:  # not asked either way: a run of eager is its own check
+        calibrate = not eager_is_the_noise_check(config.strategies)
+    if calibrate:
         noise_check(tasks, evaluation, target, out, quiet=as_json)
     result = run_optimize(source, out, endpoints=chosen, config=config, eval_config=evaluation,
                           device=target, levels=level_set, cluster=cluster, workers=workers,

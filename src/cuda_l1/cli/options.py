@@ -61,10 +61,11 @@ def levels() -> typer.models.OptionInfo:
 
 
 def calibrate() -> typer.models.OptionInfo:
-    return typer.Option(True, "--calibrate/--no-calibrate",
+    return typer.Option(None, "--calibrate/--no-calibrate", show_default=False,
                         help="First time the reference against itself on a few tasks (A/A), to show how "
-                        "far identical code strays on this host; results on a host too noisy are marked. A run "
-                        "of the eager strategy needs no such check first: its eager verdicts are one.")
+                        "far identical code strays on this host; results on a host too noisy are marked. "
+                        "Default: on, except in a run of the eager strategy, whose eager verdicts are such "
+                        "a check already (--calibrate runs it there too).")
 
 
 def as_json(what: str) -> typer.models.OptionInfo:
