@@ -16,7 +16,14 @@ parent and a spawned child on one GPU, for an operation of a chosen size:
 - `ring_copy`: as `ring`, and the parent first copies the next slot's inputs into the buffer the child
   maps, from its own context, and waits for that copy;
 - `ring_copy_gather`: as `ring_copy`, and the parent first reads 8 positions of the call's output
-  (mapped from the child) to the host.
+  (mapped from the child) to the host;
+- `ring_h2d`: the next slot's values go through host memory instead: after call k rang the parent
+  writes slot k+1 into a shared host buffer (a CPU copy) and says go; the child copies it to its
+  device slot from its own context (pinned: `cudaHostRegister`) before the call. No parent context
+  on the GPU in the loop;
+- `ring_h2d_sampled`: as `ring_h2d`, and at 4 rings of each window, drawn at random, the parent reads
+  8 positions of the call's output from its own context (the check that the output was final at the
+  ring, on a sample); `sampled_net` is the same per call with the parent's reading time taken off.
 
 Prints and writes (with --out) the median time a call of each, over --repeats windows of --calls calls.
 
@@ -48,8 +55,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from envinfo import environment  # noqa: E402
 
 GO, RING = 0, 1  # words of the shared page: the parent's go, the child's ring
-MODES = ("batched", "sync", "ring", "ring_copy", "ring_copy_gather")
+MODES = ("batched", "sync", "ring", "ring_copy", "ring_copy_gather", "ring_h2d", "ring_h2d_sampled")
 SPOTS = 8  # positions the parent reads a call (gating.SPOTS on a CPU)
+SAMPLED = 4  # rings of a window at which ring_h2d_sampled reads the output
+HOST_STAGED = ("ring_h2d", "ring_h2d_sampled")
 
 
 def _words(shm: shared_memory.SharedMemory):
@@ -70,13 +79,21 @@ def _op(name: str, x: torch.Tensor, out: torch.Tensor) -> None:
         torch.matmul(m, m, out=out.view(side, side))
 
 
+def _host_view(shm: shared_memory.SharedMemory, calls: int, numel: int) -> torch.Tensor:
+    return torch.frombuffer(shm.buf, dtype=torch.float32, count=calls * numel).view(calls, numel)
+
+
 def _child(conn, shm_name: str, device: str, core: int | None) -> None:
     """The side: maps the parent's input slots, owns its output slots (sent to the parent), runs windows."""
     if core is not None:
         os.sched_setaffinity(0, {core})
     shm = shared_memory.SharedMemory(name=shm_name)
     words = _words(shm)
-    inputs, op = conn.recv()
+    inputs, op, host_name = conn.recv()
+    host_shm = shared_memory.SharedMemory(name=host_name)
+    host = _host_view(host_shm, *inputs.shape)
+    if device.startswith("cuda"):  # pinned, so that a copy from it is a DMA, as a harness would register it
+        torch.cuda.cudart().cudaHostRegister(host.data_ptr(), host.numel() * 4, 0)
     outputs = torch.empty_like(inputs)
     conn.send(outputs)  # the parent maps them (IPC on a GPU, shared memory on a CPU)
     while (msg := conn.recv()) is not None:
@@ -92,21 +109,29 @@ def _child(conn, shm_name: str, device: str, core: int | None) -> None:
                 _op(op, inputs[k], outputs[k])
                 _sync(device)
         else:
+            staged = mode in HOST_STAGED
             for k in range(n):
                 while words[GO] != base + k:
                     pass
+                if staged:
+                    inputs[k].copy_(host[k], non_blocking=True)
                 _op(op, inputs[k], outputs[k])
                 _sync(device)
                 words[RING] = base + k + 1
         conn.send(time.perf_counter() - t0)
-    del words
+    if device.startswith("cuda"):
+        torch.cuda.cudart().cudaHostUnregister(host.data_ptr())
+    del words, host
     shm.close()
+    host_shm.close()
 
 
 def measure(op: str, numel: int, calls: int, repeats: int, device: str) -> dict:
     ctx = mp.get_context("spawn")
     shm = shared_memory.SharedMemory(create=True, size=4096)
+    host_shm = shared_memory.SharedMemory(create=True, size=calls * numel * 4)
     words = _words(shm)
+    host = _host_view(host_shm, calls, numel)
     ours, theirs = ctx.Pipe()
     cores = sorted(os.sched_getaffinity(0))
     child = ctx.Process(target=_child, args=(theirs, shm.name, device, cores[-1] if len(cores) > 1 else None))
@@ -118,29 +143,44 @@ def measure(op: str, numel: int, calls: int, repeats: int, device: str) -> dict:
         if device == "cpu":
             inputs.share_memory_()
         staging = torch.randn(calls, numel, device=device)  # the next slots' values, the parent's alone
-        ours.send((inputs, op))
+        staging_host = staging.cpu()
+        ours.send((inputs, op, host_shm.name))
         outputs = ours.recv()
         spots = torch.randint(0, numel, (SPOTS,), device=device)
         base, results = 1, {mode: [] for mode in MODES}
+        results["sampled_net"] = []
+        rng = torch.Generator().manual_seed(0)
         for _ in range(repeats):
             for mode in MODES:
                 words[GO], words[RING] = 0, 0
+                if mode in HOST_STAGED:
+                    host[0].copy_(staging_host[0])  # slot 0 before the window, as on a CPU
                 ours.send((mode, calls, base))
                 if mode in ("batched", "sync"):
                     results[mode].append(ours.recv() / calls)
                     continue
+                sampled = set(torch.randperm(calls, generator=rng)[:SAMPLED].tolist()) if mode == "ring_h2d_sampled" else ()
+                reading = 0.0
                 t0 = time.perf_counter()
                 words[GO] = base
                 for k in range(calls):
                     while words[RING] != base + k + 1:
                         pass
-                    if mode == "ring_copy_gather":
+                    if mode == "ring_copy_gather" or k in sampled:
+                        r0 = time.perf_counter()
                         outputs[k][spots].cpu()  # a few positions of call k's output, to the host
-                    if mode != "ring" and k + 1 < calls:
+                        reading += time.perf_counter() - r0
+                    if mode in HOST_STAGED:
+                        if k + 1 < calls:
+                            host[k + 1].copy_(staging_host[k + 1])
+                    elif mode != "ring" and k + 1 < calls:
                         inputs[k + 1].copy_(staging[k + 1])
                         _sync(device)
                     words[GO] = base + k + 1
-                results[mode].append((time.perf_counter() - t0) / calls)
+                elapsed = time.perf_counter() - t0
+                results[mode].append(elapsed / calls)
+                if mode == "ring_h2d_sampled":
+                    results["sampled_net"].append((elapsed - reading) / calls)
                 ours.recv()
                 base += calls + 1
         ours.send(None)
@@ -148,12 +188,14 @@ def measure(op: str, numel: int, calls: int, repeats: int, device: str) -> dict:
     finally:
         if child.is_alive():
             child.kill()
-        del words
+        del words, host
         shm.close()
         shm.unlink()
+        host_shm.close()
+        host_shm.unlink()
     median = {mode: statistics.median(times) * 1e6 for mode, times in results.items()}
     return {"op": op, "numel": numel, "calls": calls, "repeats": repeats, "per_call_us": median,
-            "added_us": {mode: median[mode] - median["batched"] for mode in MODES if mode != "batched"}}
+            "added_us": {mode: median[mode] - median["batched"] for mode in median if mode != "batched"}}
 
 
 def main() -> None:

@@ -23,7 +23,7 @@
 #               (preload_effect.py on PRELOAD_TASK of .data/KernelBench, 3 verdicts with and without)
 #   verify-cost what a full comparison of one large output costs (verify_cost.py; VERIFY_NUMEL float32
 #               values, default 1610612736: the 6 GiB outputs of KernelBench's 4096 x 393216 tasks)
-#   ring-cost   what a per-call doorbell would cost on the GPU (gpu_ring_cost.py: the child synchronising
+#   ring-cost   what a per-call doorbell would cost on the GPU (gpu_ring_cost.py, every mode: the child synchronising
 #               and ringing after each call, the parent copying the next slot and reading a few output
 #               positions from its own context), a launch-bound, a mid-size and a large tanh, and a matmul
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
