@@ -157,6 +157,32 @@ def test_a_broken_reference_found_by_a_worker_ends_the_run_and_keeps_what_was_ju
     assert judged == {"1_ReluAdd": "ok", "2_Softmax": "ok"}
 
 
+def test_a_reference_that_cannot_run_in_the_sandbox_fails_its_task_only(kb_dir, tmp_path):
+    """A reference that runs in the caller's process but not in a side (it reads a file outside the
+    sandbox's reach) may fail beside another candidate on a GPU, so it is a verdict on its task's
+    candidates, saying why, never the end of the run; and its failed eager candidate is that task's
+    failure, not a sign that the host is too noisy to measure."""
+    from cuda_l1.evaluate.confine import landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.skip("needs Landlock: without it the side can read the file")
+    outside = tmp_path / "scale.txt"
+    outside.write_text("1.5")
+    (kb_dir / "level1" / "3_ReadsOutside.py").write_text(REF.replace(
+        "return torch.relu(x) + y", f"return (torch.relu(x) + y) * float(open({str(outside)!r}).read())"))
+    out = tmp_path / "run"
+    run = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    with sqlite3.connect(out / "history.sqlite") as conn:
+        judged = {name: json.loads(v) for name, v in
+                  conn.execute("SELECT t.name, v.verdict FROM verdicts v JOIN tasks t ON t.id = v.task_id")}
+    assert {name: v["status"] for name, v in judged.items()} == {"1_ReluAdd": "ok", "2_Softmax": "ok",
+                                                                 "3_ReadsOutside": "runtime_error"}
+    assert "Permission denied" in json.dumps(judged["3_ReadsOutside"])
+    noise = json.loads((out / "summary.json").read_text())["noise"]
+    assert not noise["too_noisy"] and noise["eager"]["n_failed"] == 1, noise
+
+
 def test_a_run_resumes_from_its_verdicts_file_alone(kb_dir, tmp_path):
     """verdicts.jsonl carries ids and numbers, never code, and a fresh run directory over the same tasks
     takes its verdicts instead of judging again: a long run survives the loss of its store."""
