@@ -480,6 +480,8 @@ def get_init_inputs():
     run = lambda text: run_reference_once(load_task_module(Task(name="t", level=1, source=text)), "t.py")  # noqa: E731
     assert run(source) == 1024 * 1024 * 4
     assert run(source.replace("return a @ b", "return (a @ b)[: int(a.sum().item() > 1e9) + 1]")) == 1024 * 4
+    # Nested outputs count too (an LSTM returns (out, (h, c))).
+    assert run(source.replace("return a @ b", "return a, (b, [a @ b])")) == (2 * 1024 * 32 + 1024 * 1024) * 4
 
 
 def test_each_slot_of_a_round_has_a_secret_seed_of_its_own(monkeypatch):

@@ -563,3 +563,26 @@ def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
     assert len(calls) == 1 and answers and answers[0][1] == "ip"
     assert probe.usable_plan(config.namespaces, "cuda:7", side_plan) == answers[0]  # remembered
     assert len(calls) == 1
+
+
+def test_a_probe_for_cuda_is_the_probe_for_cuda_0(monkeypatch):
+    """`cuda-l1 eval` and a Ray actor probe ahead for "cuda", the sides then ask for "cuda:0": one
+    probe, filed under the device the sides name (filed under "cuda", its trials could not even set
+    the device, and the sides probed again, one step after another, when they started)."""
+    from cuda_l1.evaluate import probe
+    from cuda_l1.evaluate.config import SandboxConfig
+
+    calls = []
+
+    def trials(device, plans, scratch, server=None):
+        calls.append(device)
+        return [True] + [False] * (len(plans) - 1)
+
+    monkeypatch.setattr(probe, "_trials", trials)
+    monkeypatch.setattr(probe, "_PLANS", {})
+    config = SandboxConfig()
+    ahead = probe.probe_ahead(config, "cuda", server=object())
+    ahead.join(10)
+    side_plan = config.confine_plan("/elsewhere", probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)
+    probe.usable_plan(config.namespaces, "cuda:0", side_plan)
+    assert calls == ["cuda:0"]

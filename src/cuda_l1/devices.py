@@ -133,9 +133,15 @@ def as_device(value: Device | str | None, cluster: str = "local", what: str = "-
     return value if isinstance(value, Device) else parse_device(value, cluster, what)
 
 
+def normalize_device(device: str) -> str:
+    """One spelling per device: "cuda" is "cuda:0" (a probe or a plan filed under "cuda" would not be
+    found by the sides, which ask for "cuda:0")."""
+    return "cuda:0" if device == "cuda" else device
+
+
 def device_key(device: Device) -> str:
     """How verdicts are filed in the store: by the device's name, so runs on one GPU type resume."""
-    from cuda_l1.evaluate.device import device_name, normalize_device
+    from cuda_l1.evaluate.device import device_name
 
     if device.remote and device.is_cuda:
         return "cuda (remote cluster)"  # the driver has no GPU to name; the workers' GPUs judge

@@ -17,6 +17,8 @@ import threading
 
 import torch
 
+from cuda_l1.devices import normalize_device
+
 HANDLE_BYTES = 64
 _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 _CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
@@ -65,7 +67,7 @@ def _check(code: int, what: str) -> None:
 
 def _ready(device: str) -> None:
     """Make the device's primary context (the one torch uses) current on this thread."""
-    torch.cuda.set_device(torch.device(device))
+    torch.cuda.set_device(torch.device(normalize_device(device)))  # "cuda" has no index to set
     torch.cuda.init()
     torch.empty(1, device=device)  # the runtime binds the primary context to this thread
     _check(_driver().cuInit(0), "cuInit")

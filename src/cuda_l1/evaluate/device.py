@@ -14,12 +14,6 @@ import torch
 import cuda_l1
 
 
-def normalize_device(device: str) -> str:
-    if device == "cuda":
-        return "cuda:0"
-    return device
-
-
 @functools.lru_cache(maxsize=None)
 def device_name(device: str) -> str:
     if device.startswith("cuda"):

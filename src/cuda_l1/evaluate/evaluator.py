@@ -18,11 +18,12 @@ from typing import Callable
 
 import torch
 
+from cuda_l1.devices import normalize_device
 from cuda_l1.errors import TaskError, UserError
 from cuda_l1.evaluate import static_scan, timing
 from cuda_l1.evaluate.build.requests import default_builder
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.device import device_name, gpu_healthy, normalize_device, versions
+from cuda_l1.evaluate.device import device_name, gpu_healthy, versions
 from cuda_l1.evaluate.fork_server import ForkedProcess
 from cuda_l1.evaluate.lookahead import Preloaded
 from cuda_l1.evaluate.protocol import Mapped, Release

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 
+from cuda_l1.devices import normalize_device
 from cuda_l1.evaluate.config import SandboxConfig
 from cuda_l1.evaluate.confine import NAMESPACE_SETS, NOBODY, ConfinePlan, readable_by_others
 from cuda_l1.evaluate.environment import scrubbed_env
@@ -56,6 +57,7 @@ def usable_plan(namespaces: bool, device: str, plan: ConfinePlan, server=None) -
     interpreter and torch import of its own (about 1 s on a 2-core CPU host, 5 s on an H200 host)."""
     if not sys.platform.startswith("linux"):
         return "", plan.sockets
+    device = normalize_device(device)  # "cuda" is "cuda:0" here as in the sides that ask for it
     key = (device, plan.uid, plan.landlock, plan.seccomp, plan.drop_identity, namespaces)
     while True:  # one probe per key, whichever thread asks first (probe_ahead's, a side's start)
         with _PLANS_LOCK:

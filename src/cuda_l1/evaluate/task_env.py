@@ -6,6 +6,7 @@ window). Also the input-slot budget, from the inputs' and one call's outputs' si
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import time
@@ -128,10 +129,14 @@ class TaskEnv:
                 output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode)
             except TaskError as exc:
                 broken = str(exc)
+            if self.device.startswith("cuda"):
+                # Its model, inputs and outputs are gone, a failed run's too: their memory goes back
+                # (a worker keeping a failed run's peak cached would crowd the sides it starts next).
+                if broken:
+                    gc.collect()
+                torch.cuda.empty_cache()
             if broken:  # raised here, outside the handler: no traceback keeps the failed run's tensors
                 raise BrokenTask(broken)
-            if self.device.startswith("cuda"):
-                torch.cuda.empty_cache()  # its model, inputs and outputs are gone: their memory goes back
             mark("reference_once")
             self.source = InputSource(module, self.device, origin)
             self.n_slots = _slot_budget(config, self.source.input_bytes(), output_bytes)
@@ -211,6 +216,7 @@ class TaskEnv:
             self.supply.track(proc)
         t1 = time.perf_counter()
         origin = self.task.origin or self.task.name
+        buffer = None
         try:
             setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads,
                           self.config.module_mode)
@@ -236,11 +242,24 @@ class TaskEnv:
         except ChildFailure as failure:
             failure = self.supply.untrack(proc) or failure
             log = proc.close(graceful=False)
+            self._drop_slots(buffer)
             raise TaskError(f"the reference cannot run in the sandbox: {failure}\n{log[-2000:]}", path=origin) from None
         except BaseException:
             self.supply.untrack(proc)
             proc.close(graceful=False)
+            self._drop_slots(buffer)
             raise
+
+    def _drop_slots(self, buffer: SlotBuffer | None) -> None:
+        """A reference side that failed to start gives its input slots back (on a GPU up to a fifth of
+        its memory, allocated outside torch's cache), whether or not it became the task's side."""
+        if self.ref is not None and self.ref.buffer is buffer:
+            self.ref.memory.close()
+            if self.ref.ring is not None:
+                self.ref.ring.close()
+            self.ref = None
+        if buffer is not None:
+            buffer.close()
 
     def restart_reference(self) -> None:
         self.close_reference()

@@ -173,11 +173,11 @@ def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu
         with torch.no_grad():
             out = model(*args)
         if device.startswith("cuda"):
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(device)  # this worker's GPU, not whichever the thread last used
     except Exception as exc:
         raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
-    outputs = out if isinstance(out, (list, tuple)) else [out]
-    return sum(x.numel() * x.element_size() for x in outputs if isinstance(x, torch.Tensor))
+    # Every tensor of the output, nested ones too (an LSTM's (out, (h, c))): the slots are sized on it.
+    return sum(x.numel() * x.element_size() for x in inputs_mod.flatten_outputs(out)[1] if isinstance(x, torch.Tensor))
 
 
 def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
