@@ -576,6 +576,67 @@ def get_init_inputs():
         buffer.close()
 
 
+def test_a_round_of_one_slot_that_one_tensor_fills_is_not_copied(monkeypatch):
+    """KernelBench's level-1 elementwise tasks take one 6 GiB input and get one slot a window: packing
+    it held the generated values and their copy at once, 12 GiB in the parent, and on an 80 GiB
+    H100 their evaluations ran out of device memory. Such a slot is used as generated; every other
+    round is packed one slot at a time (the packed buffer and one slot's values at most)."""
+    from cuda_l1.evaluate.slots import InputSource, SlotBuffer
+    from cuda_l1.tasks import Task
+    from cuda_l1.tasks.runtime import load_task_module
+
+    task = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(SHAPE)]
+
+
+def get_init_inputs():
+    return []
+"""
+    filled = InputSource(load_task_module(Task(name="fill", level=1, source=task.replace("SHAPE", "64, 64"))),
+                         "cpu", "fill")
+    one = filled.fresh(1)
+    assert one.packed.data_ptr() == one[0][0].data_ptr() and one.packed.numel() == filled.slot_bytes
+    assert torch.equal(one.packed.view(torch.float32).view(64, 64), one[0][0])
+    buffer = SlotBuffer(filled, 2, os.memfd_create("fill-test", os.MFD_ALLOW_SEALING))
+    try:
+        buffer.write_packed(one.packed, 1)
+        assert buffer.holds_packed(one.packed, 1) and buffer.unchanged(0, one[0])
+    finally:
+        buffer.close()
+    import weakref
+
+    peak, live = [0], []
+    real_generate = filled.generate
+
+    def generate(seed):  # how many slots' generated values are alive at once
+        live[:] = [ref for ref in live if ref() is not None]
+        values = real_generate(seed)
+        live.append(weakref.ref(values[0]))
+        peak[0] = max(peak[0], len(live))
+        return values
+
+    monkeypatch.setattr(filled, "generate", generate)
+    three = filled.fresh(3)
+    assert three.packed.numel() == 3 * filled.slot_bytes and peak[0] <= 2
+    assert all(three[i][0].data_ptr() == three.packed[i * filled.slot_bytes:].data_ptr() for i in range(3))
+    assert not torch.equal(three[0][0], three[1][0])  # every slot its own seed
+    padded = InputSource(load_task_module(Task(name="pad", level=1, source=task.replace("SHAPE", "7, 3"))), "cpu", "pad")
+    round_ = padded.fresh(1)
+    assert round_.packed.numel() == padded.slot_bytes > 7 * 3 * 4  # copied into a padded slot
+    assert round_[0][0].data_ptr() == round_.packed.data_ptr()  # the value is a view of the packed bytes
+    assert bool((round_.packed[7 * 3 * 4:] == 0).all())  # its padding is zero
+
+
 def _spots_one_by_one(cand, ref, count, rng, bound):
     """Spot checks of one output by multi-dimensional indexing (what verify.spot_values did before
     all spots went through one gather): the yardstick for verify.spots_at_once."""

@@ -93,43 +93,69 @@ class InputSource:
         reseeds the CPU generator alone (a few us). The CPU generator is MT19937, linear in its
         state: about 2,000 values of one slot recover that state, so slots drawn one after another
         from it let a side's first call compute the window's later inputs (and their outputs) ahead
-        of the doorbell. Each slot's own secret seed leaves a call nothing to learn about the next."""
-        values = []
-        for i in range(count):
-            if i:
-                torch.default_generator.manual_seed(secrets.randbits(63))
-            generated = self.generate(secrets.randbits(62) if i == 0 else None)
-            self.check_same_layout(generated)
-            values.append(generated)
-        packed, views = self.pack(values)
+        of the doorbell. Each slot's own secret seed leaves a call nothing to learn about the next.
+
+        Memory: the packed buffer and one slot's values at a time. A round of one slot whose one
+        tensor fills it is used as generated, not copied: KernelBench's level-1 elementwise tasks (a
+        6 GiB input) held 12 GiB in the parent for it, and on an 80 GiB H100 their evaluations ran
+        out of device memory."""
+        first = self._generate_checked(secrets.randbits(62))
+        if count <= 1 and self._fills_slot(first):
+            tensor = first[0]
+            return RoundInputs([first], tensor.reshape(-1).view(torch.uint8))
+        count = max(count, 1)
+        packed = self._packed_buffer(count)
+        views = [self._pack_slot(packed, 0, first)]
+        del first
+        for slot in range(1, count):
+            torch.default_generator.manual_seed(secrets.randbits(63))
+            views.append(self._pack_slot(packed, slot, self._generate_checked(None)))
         return RoundInputs(views, packed)
 
     def pack(self, values: list[list]) -> tuple[torch.Tensor, list[list]]:
-        """Consecutive slots holding `values`, laid out byte for byte as a side's buffer holds them
-        (padding zero), and the values again as views of it (the generated tensors can go): one copy
-        then writes a window's inputs and one comparison checks them, where a copy and a comparison
-        per input tensor of every slot cost a launch or a synchronisation each."""
-        count = max(len(values), 1)
+        """Consecutive slots holding `values`, laid out as a side's buffer holds them (padding zero),
+        and the values again as views of it."""
+        packed = self._packed_buffer(max(len(values), 1))
+        return packed, [self._pack_slot(packed, slot, slot_values) for slot, slot_values in enumerate(values)]
+
+    def _packed_buffer(self, count: int) -> torch.Tensor:
         packed = torch.empty(count * self.slot_bytes, dtype=torch.uint8, device=self.device)
         # Only the padding is zeroed (one strided fill per gap, all slots at once): zeroing the whole
         # buffer first wrote every input byte twice, a sixth of a round's input traffic on large inputs.
         rows = packed.view(count, self.slot_bytes)
         for lo, hi in self._gaps():
             rows[:, lo:hi].zero_()
-        views = []
-        for slot, slot_values in enumerate(values):
-            base, out = slot * self.slot_bytes, []
-            for spec, v in zip(self.slot_specs, slot_values):
-                if spec.kind != "tensor":
-                    out.append(v)
-                    continue
-                n = v.numel() * v.element_size()
-                region = packed[base + spec.offset: base + spec.offset + n]
-                if n:
-                    region.copy_(v.reshape(-1).view(torch.uint8))
-                out.append(region.view(v.dtype).view(v.shape) if n else v)
-            views.append(out)
-        return packed, views
+        return packed
+
+    def _generate_checked(self, seed: int | None) -> list:
+        values = self.generate(seed)
+        self.check_same_layout(values)
+        return values
+
+    def _fills_slot(self, values: list) -> bool:
+        """Whether a slot is one tensor, laid out exactly as a side's buffer holds it: its bytes are
+        the slot's bytes (no padding, no other value to place)."""
+        if len(values) != 1 or not isinstance(values[0], torch.Tensor):
+            return False
+        tensor = values[0]
+        return tensor.is_contiguous() and tensor.numel() * tensor.element_size() == self.slot_bytes
+
+    def _pack_slot(self, packed: torch.Tensor, slot: int, values: list) -> list:
+        """Copy one slot's `values` into its place in `packed`, laid out byte for byte as a side's
+        buffer holds them; returns the values again as views of it (the generated tensors can go):
+        one copy then writes a window's inputs and one comparison checks them, where a copy and a
+        comparison per input tensor of every slot cost a launch or a synchronisation each."""
+        base, out = slot * self.slot_bytes, []
+        for spec, v in zip(self.slot_specs, values):
+            if spec.kind != "tensor":
+                out.append(v)
+                continue
+            n = v.numel() * v.element_size()
+            region = packed[base + spec.offset: base + spec.offset + n]
+            if n:
+                region.copy_(v.reshape(-1).view(torch.uint8))
+            out.append(region.view(v.dtype).view(v.shape) if n else v)
+        return out
 
     def _gaps(self) -> list[tuple[int, int]]:
         """Byte ranges of a slot that no input covers (alignment padding, a slot of values only)."""
