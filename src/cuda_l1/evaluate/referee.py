@@ -321,10 +321,9 @@ class Referee:
                         overhead_s = min(overhead_s, self.null_windows(self.env.fresh_inputs(plan["candidate"])))
                 ref_ms, cand_ms, self.at_overhead = timing.per_call_all(self.windows, overhead_s)
             else:
-                # One number of calls for both sides, sized on the reference (so the candidate does not
-                # choose it): whatever the fixed overhead's estimate gets wrong then weighs the same on
-                # both and pulls the speedup toward 1. Only a candidate far slower than the reference
-                # shortens its windows, to keep them within 20 target lengths.
+                # One count for both sides, sized on the reference (not the candidate's choice): what the
+                # overhead's estimate gets wrong weighs the same on both, toward 1. A candidate far
+                # slower shortens them (windows within 20 target lengths).
                 per_call = {side.name: max(side.window.wall_s - overhead_s, 1e-7) / side.window.calls
                             for side in (env.ref, self.cand)}
                 reference_n = timing.calls_for(per_call["reference"], tc.window_s, env.n_slots)
@@ -337,10 +336,12 @@ class Referee:
                         overhead_s = self.null_windows(self.env.fresh_inputs(plan["candidate"]))
                 continue
             n = len(cand_ms)
-            if n == tc.min_rounds and not self.replanned and plan["candidate"] < reference_n:
-                # The candidate's warm-up windows shortened everyone's (a slow candidate's are capped at
-                # 20 target lengths). Slow in its warm-up alone (one call a window puts both sides in
-                # the fixed overhead, toward 1.00), it is timed again with the count its recorded calls allow.
+            if n == tc.min_rounds and not self.replanned and plan["candidate"] < (reference_n := max(
+                    reference_n, timing.calls_for(statistics.median(ref_ms) / 1e3, tc.window_s, env.n_slots))):
+                # The candidate's warm-up shortened everyone's windows. Slow there alone (one call a
+                # window puts both sides in the fixed overhead, toward 1.00), it is timed again with the
+                # count its and the reference's recorded calls allow (the reference's last warm-up window
+                # alone, slow on a GPU, once allowed 2: a ~0.1x candidate scored 1.00, quick, H100).
                 recorded_s = statistics.median(cand_ms) / 1e3
                 wider = min(reference_n, timing.calls_for(recorded_s, 20 * tc.window_s, env.n_slots))
                 if wider >= 2 * plan["candidate"]:
@@ -387,8 +388,7 @@ class Referee:
         self.timing["stopped"] = self.stopped
         self.timing["windows_at_overhead"] = dict(self.at_overhead)
         self.timing["overhead_checks"] = self.overhead_checks  # timing.recheck_overhead
-        if self.replanned:
-            self.timing["replanned"] = self.replanned
+        self.timing.update({"replanned": self.replanned} if self.replanned else {})
         self.unresolved = timing.resolution_note(self.at_overhead, len(cand_ms), overhead_s, statistics.median(ref_ms) / 1e3,
                                                  self.env.ref.harness_per_call)  # the reference's: trusted
         self._check("timing_resolved", self.unresolved is None, self.unresolved or "", blocking=False)
