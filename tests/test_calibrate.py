@@ -90,7 +90,10 @@ def test_a_runs_eager_candidate_that_fails_is_its_tasks_failure_not_noise(tmp_pa
     spread = eager_spread(rows + [failed], "cpu")
     assert not spread["too_noisy"] and spread["n_failed"] == 1 and spread["n_ok"] == 4
     assert "1 identical-code evaluation(s) did not come out ok" in verdict_text(spread)
-    assert eager_spread([failed], "cpu")["too_noisy"]  # nothing measured: no check passed
+    alone = eager_spread([failed], "cpu")  # nothing measured: no check, not a noisy host
+    assert not alone["too_noisy"] and verdict_text(alone).startswith("no noise check: none of 1")
+    many = eager_spread(rows[:2] + [failed, failed], "cpu")  # half of them failed: that says something
+    assert many["too_noisy"] and "2 of 4 identical-code evaluations did not come out ok" in many["reasons"][0]
 
 
 def test_calibration_tasks_are_spread_over_the_levels():

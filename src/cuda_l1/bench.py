@@ -244,7 +244,7 @@ def noise_summary(out_dir: str | Path, rows: list) -> dict:
     return {
         "calibration": latest,
         "eager": eager,
-        "checked": bool(judged),
+        "checked": any(c.get("n_ok") for c in judged),  # a check with nothing ok measured nothing
         "too_noisy": any(c["too_noisy"] for c in judged),
         "verdicts": [f"{c['kind']}: {verdict_text(c)}" for c in judged],
     }

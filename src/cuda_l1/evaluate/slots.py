@@ -198,8 +198,13 @@ class SlotBuffer:
             from cuda_l1.evaluate import cudadrv
 
             self._ptr = cudadrv.alloc(self.device, self.nbytes)
-            self.raw = cudadrv.tensor_at(self.device, self._ptr, self.nbytes)
-            self.handle = cudadrv.export_base(self._ptr)
+            try:
+                self.raw = cudadrv.tensor_at(self.device, self._ptr, self.nbytes)
+                self.handle = cudadrv.export_base(self._ptr)
+            except BaseException:  # no buffer to close comes back: its memory goes now
+                cudadrv.free(self._ptr)
+                self._ptr = None
+                raise
         else:
             os.ftruncate(memfd, self.nbytes)
             self._map = mmap.mmap(memfd, self.nbytes)

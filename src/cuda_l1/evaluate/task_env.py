@@ -6,6 +6,7 @@ window). Also the input-slot budget, from the inputs' and one call's outputs' si
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import secrets
@@ -132,9 +133,11 @@ class TaskEnv:
             if self.device.startswith("cuda"):
                 # Its model, inputs and outputs are gone, a failed run's too: their memory goes back
                 # (a worker keeping a failed run's peak cached would crowd the sides it starts next).
-                if broken:
-                    gc.collect()
-                torch.cuda.empty_cache()
+                # After a fatal CUDA error that fails as the run did: the task's error stands.
+                with contextlib.suppress(RuntimeError) if broken else contextlib.nullcontext():
+                    if broken:
+                        gc.collect()
+                    torch.cuda.empty_cache()
             if broken:  # raised here, outside the handler: no traceback keeps the failed run's tensors
                 raise BrokenTask(broken)
             mark("reference_once")
@@ -259,7 +262,8 @@ class TaskEnv:
                 self.ref.ring.close()
             self.ref = None
         if buffer is not None:
-            buffer.close()
+            with contextlib.suppress(RuntimeError):  # a device in error: the failure being raised stands
+                buffer.close()
 
     def restart_reference(self) -> None:
         self.close_reference()

@@ -186,8 +186,8 @@ def provenance_section(prov: Mapping) -> str:
 def noise_section(noise: Mapping) -> str:
     """The A/A check in words and numbers; a banner when the host was too noisy."""
     if not noise.get("checked"):
-        return ('<h2>Noise check</h2><p class="note">No A/A check in this run (no calibration and no eager '
-                "candidates): nothing says how far identical code strays on this host.</p>")
+        return ('<h2>Noise check</h2><p class="note">No A/A check in this run (no calibration, and no eager '
+                "candidate that came out ok): nothing says how far identical code strays on this host.</p>")
     cls = "noisy" if noise.get("too_noisy") else "quiet"
     parts = [f'<p class="{cls}">{esc(text)}</p>' for text in noise.get("verdicts", [])]
     rows = []
