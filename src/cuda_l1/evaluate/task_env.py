@@ -133,10 +133,11 @@ class TaskEnv:
             if self.device.startswith("cuda"):
                 # Its model, inputs and outputs are gone, a failed run's too: their memory goes back
                 # (a worker keeping a failed run's peak cached would crowd the sides it starts next).
-                # After a fatal CUDA error that fails as the run did: the task's error stands.
-                with contextlib.suppress(RuntimeError) if broken else contextlib.nullcontext():
-                    if broken:
-                        gc.collect()
+                if broken:
+                    gc.collect()
+                    with contextlib.suppress(RuntimeError):  # after a fatal CUDA error it fails as the run did
+                        torch.cuda.empty_cache()
+                else:
                     torch.cuda.empty_cache()
             if broken:  # raised here, outside the handler: no traceback keeps the failed run's tensors
                 raise BrokenTask(broken)
