@@ -14,6 +14,12 @@ verification), --busy-ms N (the parent keeps the GPU busy with a trusted matmul 
 every verification), --no-verify (no verification at all: does the bias come from it?), --touch SIDE (an
 empty, unrecorded window of that side after every verification: is what helps the reference's next
 window its own process having just worked?).
+
+Where a round's noise comes from: every recorded window's parts are written out too (`windows`: per
+round, the reference's and the candidate's wall, request-to-reply and idle-wait milliseconds; the
+write of the inputs and the request are the rest of the wall), and --input-memory-gib sets the input
+slots' budget (EvalConfig.input_memory_bytes; default a fifth of the GPU): more slots, more calls a
+window, for the memory-bound tasks whose few calls a window leave their rounds noisy.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ def _ratio_by_order(samples: dict) -> dict:
                   if f is first and c > 0]
         out["candidate_first" if first else "reference_first"] = (statistics.median(ratios), len(ratios)) if ratios else None
     return out
+
+
+recorded: list = []  # each evaluation's recorded windows (_diagnostics), in order
 
 
 def _diagnostics(args) -> None:
@@ -87,6 +96,14 @@ def _diagnostics(args) -> None:
             self.previous_calls = []  # the empty window let the side drop its outputs: their memory is free
 
     busy = []  # the trusted workload's operand, made once
+    finish = Referee._finish
+
+    def keep_windows(self, *rest):
+        recorded.append([[round(w.wall_s * 1e3, 4), round(w.reply_s * 1e3, 4), round(w.idle_wait_s * 1e3, 4), w.calls]
+                         for pair in self.windows for w in pair])
+        return finish(self, *rest)
+
+    Referee._finish = keep_windows
     if args.no_verify or args.release_each_round or args.gap_ms or args.busy_ms or args.touch:
         Referee.verify_round = verify_round
 
@@ -113,6 +130,8 @@ def main() -> None:
     parser.add_argument("--no-verify", action="store_true", help="diagnostic: skip verification (outputs unchecked)")
     parser.add_argument("--touch", choices=("candidate", "reference"), default=None,
                         help="diagnostic: an empty, unrecorded window of this side after every verification")
+    parser.add_argument("--input-memory-gib", type=float, default=None,
+                        help="budget of the input slots (EvalConfig.input_memory_bytes), GiB")
     args = parser.parse_args()
     _diagnostics(args)
     wanted = [t for t in args.tasks.split(",") if t and not t.endswith(".py")]
@@ -122,7 +141,9 @@ def main() -> None:
     tasks += [task for path in files for task in load_tasks(path)]
     rows = []
     for task in tasks:
-        config = EvalConfig(device=args.device, prewarm=False if args.no_prewarm else None, cpu_core=args.cpu_core)
+        memory = int(args.input_memory_gib * (1 << 30)) if args.input_memory_gib else None
+        config = EvalConfig(device=args.device, prewarm=False if args.no_prewarm else None, cpu_core=args.cpu_core,
+                            input_memory_bytes=memory)
         if args.checked_calls:
             config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, checked_calls=args.checked_calls))
         evaluator = Evaluator(task, config)
@@ -140,9 +161,12 @@ def main() -> None:
                        "by_order": _ratio_by_order(samples), "calls_per_window": verdict.timing.get("calls_per_window"),
                        "overhead_ms": verdict.timing.get("window_overhead_ms"), "cpu_core": verdict.sandbox.get("cpu_core"),
                        "phases_s": verdict.timing.get("phases_s"), "reasons": verdict.reasons[:2],
-                       "samples": samples}
+                       "samples": samples,
+                       # [reference wall, reply, idle wait, calls, candidate wall, reply, idle wait, calls] a round
+                       "windows": [a + b for a, b in zip(recorded[-1][::2], recorded[-1][1::2])] if recorded else []}
+                recorded.clear()
                 rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k not in ("samples", "windows")}), flush=True)
         finally:
             evaluator.close()
     Path(args.out).write_text(json.dumps({"environment": environment(), "rows": rows}))

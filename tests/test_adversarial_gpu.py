@@ -123,3 +123,36 @@ def test_identical_code_measures_one(name):
     assert verdict.status == "ok", verdict.reasons
     assert abs(verdict.raw_speedup - 1.0) <= 0.05, verdict.timing
     assert verdict.speedup == 1.0 or abs(verdict.speedup - 1.0) <= 0.05
+
+
+def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch):
+    """On a GPU the next round's inputs are made during the pause after verification. The null windows
+    measured again later (at the end of the warm-up, on a re-plan or a re-check) made inputs of their
+    own beside them: two rounds of a 6 GiB task's inputs at once, and KernelBench's Swish and Softplus
+    ran out of memory in the parent on an 80 GiB H100. When a round's inputs are made, no earlier
+    round's may still be alive."""
+    import gc
+    import weakref
+
+    from cuda_l1.evaluate.task_env import TaskEnv
+
+    alive, most = [], [0]
+    real = TaskEnv.fresh_inputs
+
+    def tracked(self, count):
+        gc.collect()  # whatever nothing refers to is gone; what is still referred to counts
+        alive[:] = [ref for ref in alive if ref() is not None]
+        most[0] = max(most[0], len(alive))
+        inputs = real(self, count)
+        alive.append(weakref.ref(inputs))
+        return inputs
+
+    monkeypatch.setattr(TaskEnv, "fresh_inputs", tracked)
+    case = GPU_CASES["identical_relu_add"]
+    evaluator = Evaluator(case.task(), EvalConfig(device="cuda"))
+    try:
+        verdict = evaluator.evaluate(case.source())
+    finally:
+        evaluator.close()
+    assert verdict.status == "ok", verdict.reasons
+    assert most[0] == 0, f"{most[0]} earlier rounds' inputs were alive when a round's inputs were made"

@@ -43,13 +43,12 @@ class Referee:
         self.windows, self.overhead_checks = [], 0
         self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
         self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
-        self.config, self.source, self.deadline = config, source, deadline
-        self.cand_proc = cand
+        self.config, self.source, self.deadline, self.cand_proc = config, source, deadline, cand
         self.checks: dict[str, Check] = {}
         self.reasons: list[str] = []
         self.status: str | None = None
         self.timing: dict = {}
-        self.builds: list[dict] = []
+        self.builds: list[dict] = []  # load_inline builds served in its load or first window
         self.comparisons: dict[int, list] = {}  # output position -> its full comparisons so far
         self.phases: dict[str, float] = {}  # seconds spent per part of measure()
         self.verify_spent: dict[str, float] = {}  # CUDA: verification's time by step (timing.phases_s)
@@ -137,14 +136,16 @@ class Referee:
         if not self.env.ref.ran.ok:
             raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
 
-    def null_windows(self, inputs: RoundInputs, count: int = 5) -> float:
-        """The fixed cost of a window with no calls, on the reference: the inputs of as many calls as real
-        windows make (on a CPU, as many doorbell rings), flushing, request, reply, stopping, idle probe."""
-        windows = []
-        for _ in range(count):
-            self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=len(inputs))
-            windows.append(self.env.ref.window)
-        return timing.overhead(windows)
+    def null_windows(self, calls: int, count: int = 5) -> float:
+        """The fixed cost of a window with no calls, on the reference: `calls` calls' inputs written (CPU: as
+        many doorbell rings), flushing, request, reply, stopping, idle probe. No other round's inputs may be
+        alive meanwhile (two rounds of a 6 GiB task's at once ran an 80 GiB H100 out of memory here)."""
+        with self.phase("null_windows"):
+            inputs, windows = self.env.fresh_inputs(calls), []
+            for _ in range(count):
+                self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=calls)
+                windows.append(self.env.ref.window)
+            return timing.overhead(windows)
 
     # -- verification ---------------------------------------------------------------------------------
     def _compare(self, checked: list[tuple[int, str]], round_no: int) -> None:
@@ -236,18 +237,17 @@ class Referee:
         self.counted = {side.name: (side.proc.harness_pid(), process_counters.read(side.proc.harness_pid()))
                         for side in (self.env.ref, self.cand)}
         measure_start = time.perf_counter()
-        with self.phase("null_windows"):
-            overhead_s = self.null_windows(self.env.fresh_inputs(1))
+        overhead_s = self.null_windows(1)
         plan = {"reference": 1, "candidate": 1}
         ref_ms, cand_ms, rounds, warm = [], [], 0, False
-        started = time.monotonic()
-        timed_since, order = None, None
+        started, timed_since, order = time.monotonic(), None, None
         ahead: RoundInputs | None = None  # the next round's inputs, made during the pause after verification
         while True:
             with self.phase("inputs"):
-                count = max(plan.values())
-                pristine = ahead if ahead is not None and len(ahead) == count else self.env.fresh_inputs(count)
-                ahead = None
+                count, pristine, ahead = max(plan.values()), ahead, None
+                if pristine is None or len(pristine) != count:  # made ahead for another count: gone first
+                    pristine = None
+                    pristine = self.env.fresh_inputs(count)
             pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own
             order = timing.window_order([env.ref, self.cand], order if pair % 2 else None, self.rng)
             first = rounds == 0
@@ -317,8 +317,8 @@ class Referee:
                 self.candidate_first.append(order[0] is self.cand)
                 if timing.recheck_overhead(self.windows[-1], overhead_s, self.overhead_checks):
                     self.overhead_checks += 1
-                    with self.phase("null_windows"):
-                        overhead_s = min(overhead_s, self.null_windows(self.env.fresh_inputs(plan["candidate"])))
+                    ahead = None  # the next inputs, made ahead, give their memory to the null windows' (below)
+                    overhead_s = min(overhead_s, self.null_windows(plan["candidate"]))
                 ref_ms, cand_ms, self.at_overhead = timing.per_call_all(self.windows, overhead_s)
             else:
                 # One count for both sides, sized on the reference (not the candidate's choice): what the
@@ -332,8 +332,8 @@ class Referee:
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
                     # The overhead again, now with as many slots written as every recorded window writes.
-                    with self.phase("null_windows"):
-                        overhead_s = self.null_windows(self.env.fresh_inputs(plan["candidate"]))
+                    ahead = None
+                    overhead_s = self.null_windows(plan["candidate"])
                 continue
             n = len(cand_ms)
             if n == tc.min_rounds and not self.replanned and plan["candidate"] < (reference_n := max(
@@ -349,8 +349,8 @@ class Referee:
                     plan = {"reference": wider, "candidate": wider}
                     ref_ms, cand_ms, self.candidate_first, self.windows = [], [], [], []
                     self.at_overhead = {"reference": 0, "candidate": 0}
-                    with self.phase("null_windows"):
-                        overhead_s = self.null_windows(self.env.fresh_inputs(wider))
+                    ahead = None
+                    overhead_s = self.null_windows(wider)
                     timed_since = time.monotonic()
                     continue
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
