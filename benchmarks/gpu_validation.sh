@@ -9,7 +9,10 @@
 #   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each; GPU_CORPUS_NAMES: some, comma-separated)
 #   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing; CPU_CORPUS_NAMES: some)
 #   identical   identical code over the built-in suite (raw within 2% / scored 1.00)
-#   throughput  a mixed batch through the local pool
+#   throughput  a mixed batch through the local pool (THROUGHPUT_ARGS: more options, e.g. --input-memory-gib 32)
+#   window-noise  where a memory-bound task's round noise comes from: identical code's every window
+#               (identical_rounds.py) on NOISE_TASKS (default L1/07,L1/09,L1/11), with the default input
+#               slots' budget and with NOISE_GIB (default 32) GiB for them
 #   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
 #   ablations   where identical code's bias comes from: a launch-bound and a memory-bound task, each
@@ -115,7 +118,11 @@ for s in "${steps[@]}"; do
     compile-time) step compile-time "${COMPILE_S:-200}" "$py" benchmarks/compile_time.py --repeats 1 --skip-stock \
         --out "$out/compile-time.json" ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
-        --out "$out/throughput.json" ;;
+        --out "$out/throughput.json" ${THROUGHPUT_ARGS:-} ;;
+    window-noise) step window-noise "${NOISE_S:-300}" bash -c "$py benchmarks/identical_rounds.py --device cuda \
+        --tasks '${NOISE_TASKS:-L1/07,L1/09,L1/11}' --repeats 1 --out '$out/noise-default.json' && \
+        $py benchmarks/identical_rounds.py --device cuda --tasks '${NOISE_TASKS:-L1/07,L1/09,L1/11}' --repeats 1 \
+        --input-memory-gib '${NOISE_GIB:-32}' --out '$out/noise-${NOISE_GIB:-32}gib.json'" ;;
     ring-cost) step ring-cost "${RING_S:-240}" bash -c "$py benchmarks/gpu_ring_cost.py --op tanh \
         --numel 1024 262144 16777216 --out '$out/ring-cost-tanh.json' && $py benchmarks/gpu_ring_cost.py \
         --op matmul --numel 65536 1048576 --out '$out/ring-cost-matmul.json'" ;;

@@ -79,6 +79,8 @@ def main() -> None:
                         help="the fork server does not import torch.compile's modules (to compare)")
     parser.add_argument("--fresh-sides", action="store_true",
                         help="sides started as fresh interpreters, not forked from the fork server (the default)")
+    parser.add_argument("--input-memory-gib", type=float, default=None,
+                        help="budget of the input slots (EvalConfig.input_memory_bytes), GiB; default a fifth of the GPU")
     args = parser.parse_args()
     tasks = load_builtin(args.sizes or ("gpu" if args.device.startswith("cuda") else "cpu"))[: args.limit]
     jobs = batch(tasks)
@@ -89,6 +91,8 @@ def main() -> None:
         config.spares = args.spares
     config.sandbox.fork_server = not args.fresh_sides
     config.sandbox.preload_compilers = not args.no_preload
+    if args.input_memory_gib:
+        config.input_memory_bytes = int(args.input_memory_gib * (1 << 30))
     statuses: Counter = Counter()
     per_kind: dict = {}
     identical: dict = {}  # the eager candidates are the reference's own code: they must measure 1.00
