@@ -16,10 +16,11 @@ empty, unrecorded window of that side after every verification: is what helps th
 window its own process having just worked?).
 
 Where a round's noise comes from: every recorded window's parts are written out too (`windows`: per
-round, the reference's and the candidate's wall, request-to-reply and idle-wait milliseconds; the
-write of the inputs and the request are the rest of the wall), and --input-memory-gib sets the input
-slots' budget (EvalConfig.input_memory_bytes; default a fifth of the GPU): more slots, more calls a
-window, for the memory-bound tasks whose few calls a window leave their rounds noisy.
+round, the reference's and the candidate's wall, start (inputs written and side resumed: up to the
+request), request-to-reply and idle-wait milliseconds; what is left of the wall is stopping the
+side), and --input-memory-gib sets the input slots' budget (EvalConfig.input_memory_bytes; default
+a fifth of the GPU): more slots, more calls a window, for the memory-bound tasks whose few calls a
+window leave their rounds noisy.
 """
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def _ratio_by_order(samples: dict) -> dict:
 
 
 recorded: list = []  # each evaluation's recorded windows (_diagnostics), in order
+
+
+def _window_spread(rounds: list) -> dict:
+    """Per side, how much each part of its windows strays from round to round (median absolute
+    deviation scaled to a standard deviation, ms): which part carries a round's noise."""
+    out = {}
+    for side, base in (("reference", 0), ("candidate", 5)):
+        parts = {"wall": [], "start": [], "reply": [], "stop": [], "idle": []}
+        for r in rounds:
+            wall, start, reply, idle = r[base:base + 4]
+            for name, value in (("wall", wall), ("start", start), ("reply", reply), ("idle", idle),
+                                ("stop", wall - start - reply - idle)):
+                parts[name].append(value)
+        out[side] = {k: round(1.4826 * statistics.median([abs(x - statistics.median(v)) for x in v]), 4)
+                     for k, v in parts.items() if v}
+    return out
 
 
 def _diagnostics(args) -> None:
@@ -99,7 +116,7 @@ def _diagnostics(args) -> None:
     finish = Referee._finish
 
     def keep_windows(self, *rest):
-        recorded.append([[round(w.wall_s * 1e3, 4), round(w.reply_s * 1e3, 4), round(w.idle_wait_s * 1e3, 4), w.calls]
+        recorded.append([[round(x * 1e3, 4) for x in (w.wall_s, w.start_s, w.reply_s, w.idle_wait_s)] + [w.calls]
                          for pair in self.windows for w in pair])
         return finish(self, *rest)
 
@@ -162,9 +179,10 @@ def main() -> None:
                        "overhead_ms": verdict.timing.get("window_overhead_ms"), "cpu_core": verdict.sandbox.get("cpu_core"),
                        "phases_s": verdict.timing.get("phases_s"), "reasons": verdict.reasons[:2],
                        "samples": samples,
-                       # [reference wall, reply, idle wait, calls, candidate wall, reply, idle wait, calls] a round
+                       # a round: [reference wall, start, reply, idle wait (ms), calls, then the candidate's]
                        "windows": [a + b for a, b in zip(recorded[-1][::2], recorded[-1][1::2])] if recorded else []}
                 recorded.clear()
+                row["window_spread_ms"] = _window_spread(row["windows"])
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k not in ("samples", "windows")}), flush=True)
         finally:

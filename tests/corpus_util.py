@@ -94,3 +94,31 @@ def substitutions(case: Case, tmp_path: Path, listener_port: int | None = None,
     if case.name == "unix_socket":
         subs["SOCKET_PATH"] = unix_path
     return subs
+
+
+def rounds_alive_at_once(monkeypatch, case: Case, config) -> tuple:
+    """Judge `case`'s candidate under `config`, counting the rounds' inputs (TaskEnv.fresh_inputs) still
+    alive each time another round's are made. Returns (verdict, the most earlier rounds alive)."""
+    import gc
+    import weakref
+
+    from cuda_l1.evaluate.evaluator import Evaluator
+    from cuda_l1.evaluate.task_env import TaskEnv
+
+    alive, most = [], [0]
+    real = TaskEnv.fresh_inputs
+
+    def tracked(self, count):
+        gc.collect()  # what nothing refers to is gone; what is still referred to counts
+        alive[:] = [ref for ref in alive if ref() is not None]
+        most[0] = max(most[0], len(alive))
+        inputs = real(self, count)
+        alive.append(weakref.ref(inputs))
+        return inputs
+
+    monkeypatch.setattr(TaskEnv, "fresh_inputs", tracked)
+    evaluator = Evaluator(case.task(), config)
+    try:
+        return evaluator.evaluate(case.source()), most[0]
+    finally:
+        evaluator.close()

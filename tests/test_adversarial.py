@@ -150,3 +150,14 @@ def test_credential_probe_can_see_secrets_when_landlock_is_off(tmp_path, monkeyp
     finally:
         evaluator.close()
     assert verdict.status == "incorrect", verdict.reasons
+
+
+def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch):
+    """A round's inputs are gone before the next round's, or the null windows measured again at the end
+    of the warm-up, make theirs (on a CPU the round just verified stayed referenced through them; on a
+    GPU two rounds of a 6 GiB task's inputs at once crowd an 80 GiB device)."""
+    from corpus_util import rounds_alive_at_once
+
+    verdict, most = rounds_alive_at_once(monkeypatch, CPU_CASES["identical"], cpu_config())
+    assert verdict.status == "ok", verdict.reasons
+    assert most == 0, f"{most} earlier rounds' inputs were alive when a round's inputs were made"

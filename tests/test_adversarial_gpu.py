@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from corpus_util import cases, params
+from corpus_util import cases, params, rounds_alive_at_once
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.evaluator import Evaluator
 from cuda_l1.evaluate.config import SandboxConfig
@@ -125,34 +125,16 @@ def test_identical_code_measures_one(name):
     assert verdict.speedup == 1.0 or abs(verdict.speedup - 1.0) <= 0.05
 
 
-def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch):
+
+@pytest.mark.parametrize("settle_s", [0.02, 0.0])
+def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch, settle_s):
     """On a GPU the next round's inputs are made during the pause after verification. The null windows
     measured again later (at the end of the warm-up, on a re-plan or a re-check) made inputs of their
-    own beside them: two rounds of a 6 GiB task's inputs at once, and KernelBench's Swish and Softplus
-    ran out of memory in the parent on an 80 GiB H100. When a round's inputs are made, no earlier
-    round's may still be alive."""
-    import gc
-    import weakref
-
-    from cuda_l1.evaluate.task_env import TaskEnv
-
-    alive, most = [], [0]
-    real = TaskEnv.fresh_inputs
-
-    def tracked(self, count):
-        gc.collect()  # whatever nothing refers to is gone; what is still referred to counts
-        alive[:] = [ref for ref in alive if ref() is not None]
-        most[0] = max(most[0], len(alive))
-        inputs = real(self, count)
-        alive.append(weakref.ref(inputs))
-        return inputs
-
-    monkeypatch.setattr(TaskEnv, "fresh_inputs", tracked)
-    case = GPU_CASES["identical_relu_add"]
-    evaluator = Evaluator(case.task(), EvalConfig(device="cuda"))
-    try:
-        verdict = evaluator.evaluate(case.source())
-    finally:
-        evaluator.close()
+    own beside them, and without the pause beside the round just verified: two rounds of a 6 GiB
+    task's inputs at once, and KernelBench's Swish and Softplus ran out of memory in the parent on an
+    80 GiB H100 (likely this). When a round's inputs are made, no earlier round's may still be alive."""
+    config = EvalConfig(device="cuda")
+    config.timing.settle_s = settle_s
+    verdict, most = rounds_alive_at_once(monkeypatch, GPU_CASES["identical_relu_add"], config)
     assert verdict.status == "ok", verdict.reasons
-    assert most[0] == 0, f"{most[0]} earlier rounds' inputs were alive when a round's inputs were made"
+    assert most == 0, f"{most} earlier rounds' inputs were alive when a round's inputs were made"

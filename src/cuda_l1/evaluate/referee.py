@@ -294,11 +294,11 @@ class Referee:
                 self.verify_round(rounds)
             if self.status is not None:
                 return
+            pristine = None  # checked and verified: its memory goes to the next inputs, not beside them
             if cfg.device.startswith("cuda") and tc.settle_s > 0:
                 # The pause is for the reference's process, which stays stopped through it: the parent
                 # makes the next round's inputs meanwhile (the plan's count, unless the warm-up changes it).
                 resume_at = time.perf_counter() + tc.settle_s
-                pristine = None  # checked and verified: its memory goes to the next inputs, not beside them
                 with self.phase("inputs"):
                     ahead = self.env.fresh_inputs(max(plan.values()))
                 with self.phase("settle"):

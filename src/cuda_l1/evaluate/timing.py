@@ -26,6 +26,7 @@ class Window:
     wall_s: float  # request sent -> side stopped (CPU) / device idle again (GPU)
     reply_s: float  # request sent -> reply received
     idle_wait_s: float = 0.0  # of wall_s: waiting for the device to go idle after the side was stopped
+    start_s: float = 0.0  # of wall_s: up to the request (the inputs written, on a GPU; the side resumed)
 
 
 def per_call_ms(window: Window, overhead_s: float) -> float:

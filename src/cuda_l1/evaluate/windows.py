@@ -85,7 +85,7 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
     if not gpu:
         gate.finish(side.ran, first)
         side.rungs = gate.rungs
-    side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen)
+    side.window = timing.Window(len(slots), t_end - t0, t_reply - t_sent, t_end - t_frozen, t_sent - t0)
 
 
 def write_inputs(env, side: Side, inputs: RoundInputs | None, count: int) -> None:
