@@ -1,13 +1,14 @@
 """Replay the timing stop rule on recorded rounds: what a wider `target_width` would have cost in
 precision and saved in time (a script, not a test).
 
-    python benchmarks/stop_rule_replay.py RESULTS.json [...] [--widths 0.02,0.03,0.04] [--out OUT.json]
+    python benchmarks/stop_rule_replay.py RESULTS.json [...] [--widths 0.02,0.03,0.04] [--max-time 10] [--out OUT.json]
 
 Each RESULTS.json is an `identical_suite.py` output with per-round samples (identical code: every
 task's reference judged as its own candidate). For each evaluation and each width the rounds are
 replayed through the referee's own rule (timing.estimate every 4 recorded rounds from `min_rounds`,
-timing.stop_reason with the default caps), on the rounds that evaluation recorded: a width the
-evaluation never reached stops where it stopped. The seconds it would have taken are its measured
+timing.stop_reason with the default round cap and `--max-time`, the recorded phase's cap, each round
+costing the evaluation's average), on the rounds that evaluation recorded: a width or cap it never
+reached stops where it stopped. The seconds it would have taken are its measured
 seconds less the recorded rounds not needed, each costing the evaluation's measured time per round
 (`phases_s.measure_total` over recorded and warm-up rounds). Printed per width: evaluations, how many
 stop before the recorded end, seconds per evaluation, raw speedups within 2% of 1, worst raw, scores
@@ -24,26 +25,26 @@ from cuda_l1.evaluate import timing
 from cuda_l1.evaluate.config import TimingConfig
 
 
-def replay(row: dict, width: float, tc: TimingConfig, spread: float) -> dict:
-    """Where the stop rule with `width` ends on this evaluation's recorded rounds."""
+def replay(row: dict, width: float, tc: TimingConfig, spread: float, max_time_s: float) -> dict:
+    """Where the stop rule with `width` and `max_time_s` ends on this evaluation's recorded rounds."""
     samples = row["samples"]
     ref, cand, first = samples["reference_ms"], samples["candidate_ms"], samples.get("candidate_first")
     recorded = len(ref)
     seed = 12345
     stop_at, est, reason = recorded, None, row.get("stopped", "")
+    phases = row.get("phases_s", {})
+    per_round = phases.get("measure_total", 0.0) / max(recorded + tc.warmup_rounds, 1)
     for n in range(tc.min_rounds, recorded + 1):
         if n % 4 and n != recorded:
             continue
         est = timing.estimate(ref[:n], cand[:n], seed, first[:n] if first else None, spread)
-        why = timing.stop_reason(n, est, 0.0, min_rounds=tc.min_rounds, max_rounds=tc.max_rounds,
-                                 max_time_s=tc.max_time_s, target_width=width)
+        why = timing.stop_reason(n, est, n * per_round, min_rounds=tc.min_rounds, max_rounds=tc.max_rounds,
+                                 max_time_s=max_time_s, target_width=width)
         if why:
             stop_at, reason = n, why
             break
     if est is None:
         est = timing.estimate(ref, cand, seed, first, spread)
-    phases = row.get("phases_s", {})
-    per_round = phases.get("measure_total", 0.0) / max(recorded + tc.warmup_rounds, 1)
     seconds = row["seconds"] - per_round * (recorded - stop_at)
     return {"task": row["task"], "rounds": stop_at, "recorded": recorded, "why": reason, "seconds": seconds,
             "raw": est.point, "score": est.score, "width": est.relative_width}
@@ -55,17 +56,20 @@ def main() -> None:
     parser.add_argument("--widths", default="0.02,0.025,0.03,0.04", help="target widths to replay, comma-separated")
     parser.add_argument("--spread", type=float, default=timing.PROCESS_SPREAD["cuda"],
                         help="process spread the score is widened by (default: the GPU's)")
+    parser.add_argument("--max-time", type=float, default=TimingConfig().max_time_s,
+                        help="cap on the recorded phase, seconds (each round costing the evaluation's own average)")
     parser.add_argument("--out", help="JSON file for every replayed evaluation")
     args = parser.parse_args()
     tc = TimingConfig()
     widths = [float(w) for w in args.widths.split(",")]
-    report = {"command": "python benchmarks/stop_rule_replay.py " + " ".join(args.results), "widths": {}}
+    report = {"command": "python benchmarks/stop_rule_replay.py " + " ".join(args.results),
+              "max_time_s": args.max_time, "widths": {}}
     for width in widths:
         rows = []
         for path in args.results:
             with open(path) as f:
                 data = json.load(f)
-            rows += [replay(r, width, tc, args.spread) for r in data["rows"]
+            rows += [replay(r, width, tc, args.spread, args.max_time) for r in data["rows"]
                      if r.get("status") == "ok" and r.get("samples")]
         summary = {
             "evaluations": len(rows),
