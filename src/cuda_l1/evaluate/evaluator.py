@@ -166,6 +166,7 @@ class Evaluator:
             raise failure if isinstance(failure, (TaskError, UserError)) else RuntimeError(
                 f"no side could be started for the candidate: {failure}")
         cand = ahead.proc if ahead is not None else env.start_side()
+        waited = dict(env.supply.waited)  # what this evaluation's windows wait for (below)
         referee = Referee(env, cand, source, config, deadline=started + config.timeout_s, thresholds=thresholds)
         referee.phases["start_side"] = (ahead.start_side_s if ahead is not None  # a spare's hand-over, or a start
                                         else time.perf_counter() - side_started)
@@ -241,6 +242,8 @@ class Evaluator:
         # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
         verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}
         verdict.timing["phases_s"].update({f"verify.{k}": round(v, 3) for k, v in referee.verify_spent.items()})
+        verdict.timing["phases_s"].update({f"windows.{k}_wait": round(v - waited.get(k, 0.0), 3)
+                                           for k, v in env.supply.waited.items()})
         if env.setup_phases and not self._setup_reported:  # the task's own preparation, once
             verdict.timing["phases_s"].update({f"task.{k}": round(v, 3) for k, v in env.setup_phases.items()})
             self._setup_reported = True

@@ -60,6 +60,9 @@ class SideSupply:
         self.gate = threading.RLock()
         self._background: list[SideProcess] = []  # sides loading in helper threads
         self._stop_failures: dict[int, ChildFailure] = {}  # id(side) -> why it could not be stopped
+        # Seconds the windows waited (stopped): for the gate, which a helper thread preparing the next
+        # task holds while it works on the device, and for the device to go idle before the window.
+        self.waited = {"gate": 0.0, "idle": 0.0}
 
     def prime(self, kind: SideKind, start: Callable[[int], SideProcess], memory_limit: int) -> None:
         """Start the spares before any task arrives (a worker's first task then finds them warming)."""
@@ -120,7 +123,9 @@ class SideSupply:
         window); `settle` then runs first (wait until the device is idle: work they queued may still be
         running). A spare that cannot be stopped is closed: it was only ever a spare. A background side
         that cannot be stopped is killed, and its helper told why (untrack)."""
+        asked = time.perf_counter()
         with self.gate:
+            self.waited["gate"] += time.perf_counter() - asked
             held = []
             for spare in self.warming():
                 try:
@@ -136,7 +141,9 @@ class SideSupply:
                     self._stop_failures[id(side)] = failure
             try:
                 if held and settle is not None:
+                    settling = time.perf_counter()
                     self._settle(settle, held)
+                    self.waited["idle"] += time.perf_counter() - settling
                 yield
             finally:  # every side stopped here is resumed, whatever happened in the block
                 for side in held:
