@@ -136,12 +136,12 @@ class Referee:
         if not self.env.ref.ran.ok:
             raise ReferenceFailure("the reference's forward raised:\n" + self.env.ref.ran.message[-3000:])
 
-    def null_windows(self, calls: int, count: int = 5) -> float:
+    def null_windows(self, calls: int, inputs: RoundInputs | None = None, count: int = 5) -> float:
         """The fixed cost of a window with no calls, on the reference: `calls` calls' inputs written (CPU: as
-        many doorbell rings), flushing, request, reply, stopping, idle probe. No other round's inputs may be
-        alive meanwhile (two rounds of a 6 GiB task's at once ran an 80 GiB H100 out of memory here)."""
+        many doorbell rings; `inputs`: the next round's, made ahead, else new ones), flushing, request, reply,
+        stopping, idle probe. No other round's inputs may be alive (two at once: 12 GiB, an H100 out of memory)."""
         with self.phase("null_windows"):
-            inputs, windows = self.env.fresh_inputs(calls), []
+            inputs, windows = inputs if inputs is not None and len(inputs) == calls else self.env.fresh_inputs(calls), []
             for _ in range(count):
                 self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=calls)
                 windows.append(self.env.ref.window)
@@ -317,8 +317,8 @@ class Referee:
                 self.candidate_first.append(order[0] is self.cand)
                 if timing.recheck_overhead(self.windows[-1], overhead_s, self.overhead_checks):
                     self.overhead_checks += 1
-                    ahead = None  # the next inputs, made ahead, give their memory to the null windows' (below)
-                    overhead_s = min(overhead_s, self.null_windows(plan["candidate"]))
+                    # The next round's inputs, made ahead, serve the null windows too (unchanged by them).
+                    overhead_s = min(overhead_s, self.null_windows(plan["candidate"], ahead))
                 ref_ms, cand_ms, self.at_overhead = timing.per_call_all(self.windows, overhead_s)
             else:
                 # One count for both sides, sized on the reference (not the candidate's choice): what the
@@ -332,8 +332,8 @@ class Referee:
                 if rounds >= tc.warmup_rounds and time.monotonic() - started >= tc.warmup_s:
                     warm, timed_since = True, time.monotonic()
                     # The overhead again, now with as many slots written as every recorded window writes.
-                    ahead = None
-                    overhead_s = self.null_windows(plan["candidate"])
+                    ahead = ahead if ahead is not None and len(ahead) == plan["candidate"] else None
+                    overhead_s = self.null_windows(plan["candidate"], ahead)
                 continue
             n = len(cand_ms)
             if n == tc.min_rounds and not self.replanned and plan["candidate"] < (reference_n := max(

@@ -142,8 +142,10 @@ class SideSupply:
             try:
                 if held and settle is not None:
                     settling = time.perf_counter()
-                    self._settle(settle, held)
-                    self.waited["idle"] += time.perf_counter() - settling
+                    try:
+                        self._settle(settle, held)
+                    finally:
+                        self.waited["idle"] += time.perf_counter() - settling
                 yield
             finally:  # every side stopped here is resumed, whatever happened in the block
                 for side in held:

@@ -23,7 +23,7 @@ class Window:
     """One side's window as the parent measured it."""
 
     calls: int
-    wall_s: float  # request sent -> side stopped (CPU) / device idle again (GPU)
+    wall_s: float  # window start (before a GPU window's inputs are written) -> side stopped (CPU) / device idle (GPU)
     reply_s: float  # request sent -> reply received
     idle_wait_s: float = 0.0  # of wall_s: waiting for the device to go idle after the side was stopped
     start_s: float = 0.0  # of wall_s: up to the request (the inputs written, on a GPU; the side resumed)
