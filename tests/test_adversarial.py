@@ -161,3 +161,32 @@ def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch):
     verdict, most = rounds_alive_at_once(monkeypatch, CPU_CASES["identical"], cpu_config())
     assert verdict.status == "ok", verdict.reasons
     assert most == 0, f"{most} earlier rounds' inputs were alive when a round's inputs were made"
+
+
+def test_an_evaluator_failure_says_where_in_the_evaluator_it_happened(monkeypatch):
+    """A failure of the parent's own work (on a GPU: running out of device memory) is a runtime_error
+    verdict whose reason names the evaluator's function and line, not the failing library's: an H100
+    run of KernelBench's Swish said only "CUDA out of memory", and which of the parent's allocations it
+    was stayed unknown."""
+    import re
+
+    from cuda_l1.evaluate.task_env import TaskEnv
+
+    real, made = TaskEnv.fresh_inputs, []
+
+    def fails_third(self, count):
+        made.append(count)
+        if len(made) == 3:
+            raise RuntimeError("no memory left for the inputs")
+        return real(self, count)
+
+    monkeypatch.setattr(TaskEnv, "fresh_inputs", fails_third)
+    case = CPU_CASES["identical"]
+    evaluator = Evaluator(case.task(), cpu_config())
+    try:
+        verdict = evaluator.evaluate(case.source())
+    finally:
+        evaluator.close()
+    assert verdict.status == "runtime_error", verdict.reasons
+    assert re.match(r"the evaluation failed in referee\.py:\d+ \(measure\): RuntimeError: no memory left",
+                    verdict.reasons[0]), verdict.reasons

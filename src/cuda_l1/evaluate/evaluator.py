@@ -12,6 +12,7 @@ fresh one, both with the same harness (child.py); referee.py runs the rounds bet
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import traceback
 from typing import Callable
@@ -34,6 +35,15 @@ from cuda_l1.evaluate.side_supply import SideSupply
 from cuda_l1.evaluate.task_env import TaskEnv
 from cuda_l1.evaluate.verdict import OK, RUNTIME_ERROR, TIMEOUT, Check, Verdict, clean_text
 from cuda_l1.tasks import Task, code_id
+
+
+def failed_at(exc: BaseException) -> str:
+    """Where in this package an error of the evaluator itself was raised or passed last (" in
+    referee.py:303 (measure)"): the reason names the place, so that a failure such as running out of
+    device memory says which of the parent's own allocations it was, without its traceback."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename).startswith(package)]
+    return f" in {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
 
 
 def prewarm_of(config: EvalConfig) -> bool:
@@ -189,7 +199,8 @@ class Evaluator:
         except (TaskError, UserError):
             raise
         except Exception as exc:  # noqa: BLE001 - the evaluator never ends an evaluation with a traceback
-            referee._fail("evaluator", RUNTIME_ERROR, f"the evaluation failed: {type(exc).__name__}: {exc}")
+            referee._fail("evaluator", RUNTIME_ERROR,
+                          f"the evaluation failed{failed_at(exc)}: {type(exc).__name__}: {exc}")
             referee.status = RUNTIME_ERROR
             verdict.timing["evaluator_error"] = traceback.format_exc()[-3000:]
         finally:
