@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from corpus_util import cases, params, substitutions
+from corpus_util import cases, params, rounds_alive_at_once, substitutions
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.confine import landlock_abi
 from cuda_l1.evaluate.evaluator import Evaluator
@@ -156,8 +156,6 @@ def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch):
     """A round's inputs are gone before the next round's, or the null windows measured again at the end
     of the warm-up, make theirs (on a CPU the round just verified stayed referenced through them; on a
     GPU two rounds of a 6 GiB task's inputs at once crowd an 80 GiB device)."""
-    from corpus_util import rounds_alive_at_once
-
     verdict, most = rounds_alive_at_once(monkeypatch, CPU_CASES["identical"], cpu_config())
     assert verdict.status == "ok", verdict.reasons
     assert most == 0, f"{most} earlier rounds' inputs were alive when a round's inputs were made"

@@ -125,7 +125,6 @@ def test_identical_code_measures_one(name):
     assert verdict.speedup == 1.0 or abs(verdict.speedup - 1.0) <= 0.05
 
 
-
 @pytest.mark.parametrize("settle_s", [0.02, 0.0])
 def test_the_parent_holds_one_rounds_inputs_at_a_time(monkeypatch, settle_s):
     """On a GPU the next round's inputs are made during the pause after verification. The null windows
