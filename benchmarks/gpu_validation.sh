@@ -4,7 +4,7 @@
 # Steps (default: all, in this order):
 #   smoke       two verdicts (identical matmul, side-stream hiding) with their logs; the steps after it
 #               are skipped when identical code is not accepted, since nothing else could be judged
-#   gpu-tests   the GPU-marked evaluator tests (adversarial corpus on the GPU, faults, identical code,
+#   gpu-tests   the GPU-marked evaluator tests (the oracle's memory, adversarial corpus on the GPU, faults, identical code,
 #               builds, probe trials forked from the fork server)
 #   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each; GPU_CORPUS_NAMES: some, comma-separated)
 #   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing; CPU_CORPUS_NAMES: some)
@@ -12,7 +12,9 @@
 #   throughput  a mixed batch through the local pool (THROUGHPUT_ARGS: more options, e.g. --input-memory-gib 32)
 #   window-noise  where a memory-bound task's round noise comes from: identical code's every window
 #               (identical_rounds.py) on NOISE_TASKS (default L1/07,L1/09,L1/11), with the default input
-#               slots' budget and with NOISE_GIB (default 32) GiB for them
+#               slots' budget, with NOISE_GIB (default 32) GiB for them, and with the CPUs kept out of deep
+#               idle states (the kernel's PM QoS request, /dev/cpu_dma_latency, held at 0 us: does waking
+#               a core make the jitter?); the host's idle states into cpu-idle.txt
 #   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
 #   ablations   where identical code's bias comes from: a launch-bound and a memory-bound task, each
@@ -29,6 +31,9 @@
 #   ring-cost   what a per-call doorbell would cost on the GPU (gpu_ring_cost.py, every mode: the child synchronising
 #               and ringing after each call, the parent copying the next slot and reading a few output
 #               positions from its own context), a launch-bound, a mid-size and a large tanh, and a matmul
+#   kb-tasks    `cuda-l1 bench` of a few KernelBench tasks (KB_TASKS, paths under KernelBench/, default
+#               level 1's Swish and Softplus, whose 6 GiB inputs crowd an 80 GiB GPU) with KB_TASK_STRATEGIES
+#               (default eager) into runs/kb-tasks, archived as OUT/kb-tasks-run.tgz (the verdicts' tracebacks)
 #   kb-bench    `cuda-l1 bench` of KernelBench (.data/KernelBench/KernelBench) into runs/kb (KB_ARGS: levels,
 #               strategies), archived the same way as OUT/kb-run.tgz
 #   (audit, kb-bench: AUDIT_VERDICTS / KB_VERDICTS name a verdicts.jsonl of an earlier run, kept where the
@@ -70,6 +75,29 @@ step() {  # step NAME SECONDS COMMAND...
   return $rc
 }
 
+cpu_idle() {  # the host's CPU idle states and whether the PM QoS request can be held
+  ls -l /dev/cpu_dma_latency
+  cat /sys/devices/system/cpu/cpuidle/current_driver /sys/devices/system/cpu/cpuidle/current_governor*
+  for st in /sys/devices/system/cpu/cpu2/cpuidle/state*; do
+    [ -d "$st" ] || continue
+    echo "$st $(cat "$st/name") latency_us=$(cat "$st/latency") usage=$(cat "$st/usage") disable=$(cat "$st/disable")"
+  done
+  cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor
+}
+
+window_noise() {  # identical code's every window: default slots, NOISE_GIB GiB of slots, CPUs held out of deep idle
+  local tasks="${NOISE_TASKS:-L1/07,L1/09,L1/11}" held
+  "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --out "$out/noise-default.json"
+  "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 \
+    --input-memory-gib "${NOISE_GIB:-32}" --out "$out/noise-${NOISE_GIB:-32}gib.json"
+  # the request holds while the file stays open (a process of its own, ended after the run)
+  "$py" -c "import struct, time; fh = open('/dev/cpu_dma_latency', 'wb', buffering=0); fh.write(struct.pack('i', 0)); print('held', flush=True); time.sleep(3600)" &
+  held=$!
+  sleep 1
+  "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --out "$out/noise-awake.json"
+  kill "$held" 2>/dev/null
+}
+
 ablations() {  # identical code on a launch-bound and a memory-bound task, one side difference removed each time
   # ABLATION_VARIANTS: '|'-separated identical_rounds.py options ('' is "as is"); ABLATION_TASKS; ABLATION_REPEATS
   local variant name variants
@@ -94,7 +122,7 @@ for s in "${steps[@]}"; do
         exit 1
       fi ;;
     gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
-        tests/test_fork_server.py tests/test_adversarial_gpu.py tests/test_build.py ;;
+        tests/test_oracle_memory.py tests/test_fork_server.py tests/test_adversarial_gpu.py tests/test_build.py ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
         ${GPU_CORPUS_NAMES:+--names "$GPU_CORPUS_NAMES"} --out "$out/gpu-corpus.jsonl" ;;
     cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
@@ -119,10 +147,16 @@ for s in "${steps[@]}"; do
         --out "$out/compile-time.json" ;;
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
         --out "$out/throughput.json" ${THROUGHPUT_ARGS:-} ;;
-    window-noise) step window-noise "${NOISE_S:-300}" bash -c "$py benchmarks/identical_rounds.py --device cuda \
-        --tasks '${NOISE_TASKS:-L1/07,L1/09,L1/11}' --repeats 1 --out '$out/noise-default.json' && \
-        $py benchmarks/identical_rounds.py --device cuda --tasks '${NOISE_TASKS:-L1/07,L1/09,L1/11}' --repeats 1 \
-        --input-memory-gib '${NOISE_GIB:-32}' --out '$out/noise-${NOISE_GIB:-32}gib.json'" ;;
+    window-noise) cpu_idle > "$out/cpu-idle.txt" 2>&1
+      export out py; export -f window_noise
+      step window-noise "${NOISE_S:-300}" bash -c window_noise ;;
+    kb-tasks) kb_tasks=$(mktemp -d)
+      for t in ${KB_TASKS:-level1/25_Swish.py level1/29_Softplus.py}; do
+        mkdir -p "$kb_tasks/$(dirname "$t")" && cp ".data/KernelBench/KernelBench/$t" "$kb_tasks/$t"
+      done
+      step kb-tasks "${KB_TASKS_S:-200}" "$py" -m cuda_l1 bench "$kb_tasks" --out runs/kb-tasks --device cuda \
+        --levels 1,2,3 --strategies "${KB_TASK_STRATEGIES:-eager}" --no-calibrate
+      tar czf "$out/kb-tasks-run.tgz" runs/kb-tasks ;;
     ring-cost) step ring-cost "${RING_S:-240}" bash -c "$py benchmarks/gpu_ring_cost.py --op tanh \
         --numel 1024 262144 16777216 --out '$out/ring-cost-tanh.json' && $py benchmarks/gpu_ring_cost.py \
         --op matmul --numel 65536 1048576 --out '$out/ring-cost-matmul.json'" ;;

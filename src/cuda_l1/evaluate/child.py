@@ -11,6 +11,7 @@ outputs from outside (remote.py) at positions it draws afterwards. What it print
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import mmap
@@ -262,8 +263,10 @@ class Side:
         describer.window_done(calls)
         return outs, calls, fast
 
-    def _oracle_outputs(self, slot: int):
-        """The slot's outputs computed in float64, on the device, else on the CPU (reference side only)."""
+    def _oracle_outputs(self, slot: int, memory=contextlib.nullcontext):
+        """The slot's outputs computed in float64, on the device, else on the CPU (reference side only).
+        `memory`: where the computation allocates on the device (the model's float64 copy, kept for
+        later rounds, is made outside it)."""
         import torch
 
         from cuda_l1.evaluate.inputs import to_double
@@ -273,7 +276,7 @@ class Side:
             try:
                 if self.oracle_model is None or self.oracle_model[0] != device:
                     self.oracle_model = (device, copy.deepcopy(self.model).to(device).double())
-                with torch.no_grad():
+                with torch.no_grad(), (memory() if device.startswith("cuda") else contextlib.nullcontext()):
                     args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
                     out = self.oracle_model[1](*args)
                 if device.startswith("cuda"):

@@ -5,6 +5,7 @@ what it reads of the candidate is only ever data (remote.RemoteMemory checks eve
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 
@@ -17,57 +18,89 @@ from cuda_l1.evaluate.protocol import LeafVerdict, Verified, Verify
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 
 
+class OracleMemory:
+    """The device memory of a request's float64 oracles, in a pool of its own, given back to the driver
+    when the request ends. A large task's oracle holds several times its inputs in float64 (36 GiB
+    for KernelBench's 6 GiB elementwise inputs): left cached in this side's allocator, that memory is
+    lost to everyone else on the GPU, the parent making the next round's inputs among them. Emptying
+    the whole cache would also drop the blocks the reference's timed windows reuse, and its next
+    window would pay for new ones (a bias in the candidate's favour): a pool of its own gives back the
+    oracle's memory alone."""
+
+    def __init__(self, device: str):
+        usable = device.startswith("cuda") and hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool")
+        self.pool = torch.cuda.MemPool() if usable else None
+
+    def using(self):
+        """The block's device allocations go to the pool."""
+        return torch.cuda.use_mem_pool(self.pool) if self.pool is not None else contextlib.nullcontext()
+
+    def release(self) -> None:
+        """Gives the pool's memory back (its destructor frees what it caches); every tensor allocated in
+        it must be gone by then."""
+        if self.pool is not None:
+            torch.cuda.synchronize()
+            self.pool = None
+
+
 def verify_request(side, msg: Verify) -> Verified:
     """One verdict per output of every call of the request (`side`: the harness's child.Side, whose
     last window's outputs are `side.kept`). Spot checks of all calls are judged together at the end:
     one copy to the device and one back for all of them."""
+    memory = OracleMemory(side.device)
     try:
-        if side.reader is None:
-            side.reader = RemoteMemory(side.device, lambda: None, 1 << 44)
-        tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
-        note, verdicts = "", []
-        spent = {"read": 0.0, "oracle": 0.0, "judge": 0.0}
-        spots = []  # (call, output, spot_values' arguments) of every output checked at spots
-        for call in msg.calls:
-            _, mine = flatten_outputs(side.kept[call.ref_index])
-            oracle = None
-            if call.mode == "oracle":
-                started = time.perf_counter()
-                try:
-                    _, oracle = flatten_outputs(side._oracle_outputs(call.slot))
-                except RuntimeError as exc:
-                    note = str(exc)
-                spent["oracle"] += time.perf_counter() - started
-            rng = random.Random(call.seed)
-            results = []
-            for index, (leaf, ref) in enumerate(zip(call.leaves, mine)):
-                if leaf.kind != "tensor" or not isinstance(ref, torch.Tensor):
-                    results.append(LeafVerdict(True))
-                    continue
-                started = time.perf_counter()
-                try:
-                    cand = side.reader.tensor(leaf, limit=2 * ref.numel() * ref.element_size() + (1 << 20))
-                except Unreadable as exc:
-                    results.append(LeafVerdict(False, unreadable=str(exc)))
-                    continue
-                finally:
-                    spent["read"] += time.perf_counter() - started
-                started = time.perf_counter()
-                o = oracle[index] if oracle is not None and isinstance(oracle[index], torch.Tensor) else None
-                bound = call.bounds[index] if index < len(call.bounds) and call.bounds[index] >= 0 else None
-                if call.mode == "spots" and bound is not None:  # all of the request's spots at once, below
-                    spots.append((len(verdicts), len(results), (cand, ref, msg.spots, rng, bound)))
-                    results.append(None)
-                else:
-                    results.append(judge.judge_leaf(cand, ref, o, call.mode, bound, rng, msg.spots, tolerance))
-                spent["judge"] += time.perf_counter() - started
-            verdicts.append(results)
-        started = time.perf_counter()
-        for (i, j, _), problem in zip(spots, judge.spots_at_once([item for *_, item in spots])):
-            verdicts[i][j] = LeafVerdict(problem is None, problem or "")
-        spent["spots"] = time.perf_counter() - started
-        if torch.cuda.is_available() and side.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        return _verify(side, msg, memory)  # its locals, the oracles' outputs among them, gone on return
     except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
         return Verified(False, f"{type(exc).__name__}: {exc}")
+    finally:
+        memory.release()
+
+
+def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
+    if side.reader is None:
+        side.reader = RemoteMemory(side.device, lambda: None, 1 << 44)
+    tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
+    note, verdicts = "", []
+    spent = {"read": 0.0, "oracle": 0.0, "judge": 0.0}
+    spots = []  # (call, output, spot_values' arguments) of every output checked at spots
+    for call in msg.calls:
+        _, mine = flatten_outputs(side.kept[call.ref_index])
+        oracle = None
+        if call.mode == "oracle":
+            started = time.perf_counter()
+            try:
+                _, oracle = flatten_outputs(side._oracle_outputs(call.slot, memory.using))
+            except RuntimeError as exc:
+                note = str(exc)
+            spent["oracle"] += time.perf_counter() - started
+        rng = random.Random(call.seed)
+        results = []
+        for index, (leaf, ref) in enumerate(zip(call.leaves, mine)):
+            if leaf.kind != "tensor" or not isinstance(ref, torch.Tensor):
+                results.append(LeafVerdict(True))
+                continue
+            started = time.perf_counter()
+            try:
+                cand = side.reader.tensor(leaf, limit=2 * ref.numel() * ref.element_size() + (1 << 20))
+            except Unreadable as exc:
+                results.append(LeafVerdict(False, unreadable=str(exc)))
+                continue
+            finally:
+                spent["read"] += time.perf_counter() - started
+            started = time.perf_counter()
+            o = oracle[index] if oracle is not None and isinstance(oracle[index], torch.Tensor) else None
+            bound = call.bounds[index] if index < len(call.bounds) and call.bounds[index] >= 0 else None
+            if call.mode == "spots" and bound is not None:  # all of the request's spots at once, below
+                spots.append((len(verdicts), len(results), (cand, ref, msg.spots, rng, bound)))
+                results.append(None)
+            else:
+                results.append(judge.judge_leaf(cand, ref, o, call.mode, bound, rng, msg.spots, tolerance))
+            spent["judge"] += time.perf_counter() - started
+        verdicts.append(results)
+    started = time.perf_counter()
+    for (i, j, _), problem in zip(spots, judge.spots_at_once([item for *_, item in spots])):
+        verdicts[i][j] = LeafVerdict(problem is None, problem or "")
+    spent["spots"] = time.perf_counter() - started
+    if torch.cuda.is_available() and side.device.startswith("cuda"):
+        torch.cuda.synchronize()
     return Verified(True, calls=verdicts, oracle_note=note, spent_s=spent)
