@@ -14,7 +14,8 @@
 #               (identical_rounds.py) on NOISE_TASKS (default L1/07,L1/09,L1/11), with the default input
 #               slots' budget, with NOISE_GIB (default 32) GiB for them, and with the CPUs kept out of deep
 #               idle states (the kernel's PM QoS request, /dev/cpu_dma_latency, held at 0 us: does waking
-#               a core make the jitter?); the host's idle states into cpu-idle.txt
+#               a core make the jitter?), the last also without the pause after verification (--settle-ms 0);
+#               the host's idle states into cpu-idle.txt
 #   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
 #   ablations   where identical code's bias comes from: a launch-bound and a memory-bound task, each
@@ -38,6 +39,8 @@
 #               strategies), archived the same way as OUT/kb-run.tgz
 #   (audit, kb-bench: AUDIT_VERDICTS / KB_VERDICTS name a verdicts.jsonl of an earlier run, kept where the
 #   run directory was not: its verdicts are taken instead of judged again, see `cuda-l1 bench --help`)
+# HOLD_AWAKE=1 (optional): every step runs with the CPUs held out of deep idle states (as window-noise's third run),
+# e.g. HOLD_AWAKE=1 IDENTICAL_ARGS='--settle-ms 0' ... identical throughput.
 # DEADLINE_S (optional): seconds the whole script may take. Each step's limit is cut to what is left
 # of it, less ARCHIVE_S (default 30) for the archives written after the audit and kb-bench steps, so a
 # caller's own time limit never stops the script before a run store is archived.
@@ -95,8 +98,21 @@ window_noise() {  # identical code's every window: default slots, NOISE_GIB GiB 
   held=$!
   sleep 1
   "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --out "$out/noise-awake.json"
-  kill "$held" 2>/dev/null
+  # and without the pause after verification, which made up for the reference's process having just
+  # worked (2026-12-02-h200-settle): is that a core's idle state too?
+  "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --settle-ms 0 \
+    --out "$out/noise-awake-settle0.json"
+  kill "$held" 2>/dev/null || true
 }
+
+hold_awake() {  # HOLD_AWAKE=1: the PM QoS request held for the whole script (every step's CPUs kept out of deep idle)
+  "$py" -c "import struct, time; fh = open('/dev/cpu_dma_latency', 'wb', buffering=0); fh.write(struct.pack('i', 0)); print('held', flush=True); time.sleep(86400)" \
+    > "$out/hold-awake.log" 2>&1 &
+  awake_pid=$!
+  trap 'kill "$awake_pid" 2>/dev/null' EXIT
+  sleep 1
+}
+[ -n "${HOLD_AWAKE:-}" ] && hold_awake
 
 ablations() {  # identical code on a launch-bound and a memory-bound task, one side difference removed each time
   # ABLATION_VARIANTS: '|'-separated identical_rounds.py options ('' is "as is"); ABLATION_TASKS; ABLATION_REPEATS

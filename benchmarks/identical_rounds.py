@@ -149,6 +149,8 @@ def main() -> None:
                         help="diagnostic: an empty, unrecorded window of this side after every verification")
     parser.add_argument("--input-memory-gib", type=float, default=None,
                         help="budget of the input slots (EvalConfig.input_memory_bytes), GiB")
+    parser.add_argument("--settle-ms", type=float, default=None,
+                        help="TimingConfig.settle_s, in ms (default: its default): the pause after each verification")
     args = parser.parse_args()
     _diagnostics(args)
     wanted = [t for t in args.tasks.split(",") if t and not t.endswith(".py")]
@@ -163,6 +165,8 @@ def main() -> None:
                             input_memory_bytes=memory)
         if args.checked_calls:
             config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, checked_calls=args.checked_calls))
+        if args.settle_ms is not None:
+            config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, settle_s=args.settle_ms / 1000))
         evaluator = Evaluator(task, config)
         source = task.source.replace("class Model(", "class ModelNew(")
         try:
