@@ -204,15 +204,18 @@ class Evaluator:
             referee.status = RUNTIME_ERROR
             verdict.timing["evaluator_error"] = traceback.format_exc()[-3000:]
         finally:
-            with referee.phase("teardown"):
-                if referee.cand is not None:
-                    referee.cand.memory.close()
-                log = cand.close(graceful=referee.status is None)
-                if referee.cand is not None:
-                    referee.cand.buffer.close()
-                    if referee.cand.ring is not None:
-                        referee.cand.ring.close()
-                self._settle_reference()
+            with referee.phase("teardown"):  # its parts too: what ending a side costs on the critical path
+                with referee.phase("teardown.side"):
+                    if referee.cand is not None:
+                        referee.cand.memory.close()
+                    log = cand.close(graceful=referee.status is None)
+                with referee.phase("teardown.buffers"):
+                    if referee.cand is not None:
+                        referee.cand.buffer.close()
+                        if referee.cand.ring is not None:
+                            referee.cand.ring.close()
+                with referee.phase("teardown.reference"):
+                    self._settle_reference()
         checks = list(referee.checks.values())
         checks.append(Check("static_scan", not findings, static_scan.summary(findings), blocking=False))
         # Reasons, details and the log may carry text the candidate wrote (exception messages, prints).
