@@ -164,6 +164,14 @@ for family in ("AF_INET", "AF_UNIX", "AF_NETLINK", "AF_VSOCK"):
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 out["sched_core"] = "allowed" if libc.prctl(62, 1, 0, 0, 0) == 0 else ctypes.get_errno()
+import mmap
+region = mmap.mmap(-1, 8 << 20)
+for advice in ("MADV_HUGEPAGE", "MADV_DONTNEED"):
+    try:
+        region.madvise(getattr(mmap, advice))
+        out[advice] = "allowed"
+    except OSError as exc:
+        out[advice] = exc.errno
 print(json.dumps(out))
 '''
 
@@ -184,6 +192,8 @@ def test_seccomp_lets_socket_create_only_the_families_of_its_level(level):
     assert out["AF_UNIX"] == ("allowed" if level == "ip+unix" else errno.EPERM), out
     assert out["AF_NETLINK"] == errno.EPERM and out["AF_VSOCK"] == errno.EPERM, out
     assert out["sched_core"] == errno.EPERM, out  # core scheduling refused, whatever the kernel offers
+    # huge pages for one side only refused; other advice (a library dropping pages) still works
+    assert out["MADV_HUGEPAGE"] == errno.EPERM and out["MADV_DONTNEED"] == "allowed", out
     assert ("Unix" in out["note"]) == (level == "ip+unix"), out["note"]
 
 

@@ -2,7 +2,9 @@
 
 Refused (EPERM): changing its scheduling class, priority or CPU affinity, or its core scheduling
 (prctl PR_SCHED_CORE, which could keep an SMT sibling idle) (any of which would let it outrun
-the other side or escape the core it is timed on), sockets other than IP ones (the host's Unix sockets
+the other side or escape the core it is timed on), asking for transparent huge pages (madvise
+MADV_HUGEPAGE or MADV_COLLAPSE: faster memory than the other side's, where the host gives them
+only on request), sockets other than IP ones (the host's Unix sockets
 are files, which Landlock's rules do not cover for connect(); vsock is not namespaced: it reaches a
 virtual machine's host), SysV IPC and
 POSIX message queues, ptrace and cross-process memory access, new
@@ -57,6 +59,10 @@ _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
 _PRCTL = {"x86_64": 157, "aarch64": 167}
 _PR_SCHED_CORE = 62  # core scheduling: a side could keep its core's SMT sibling idle during its windows
+_MADVISE = {"x86_64": 28, "aarch64": 233}
+# Huge pages asked for by one side only (where the host's THP mode is "madvise", a region gets them only
+# if asked): fewer page faults and TLB misses than the other side's same code has.
+_MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 # What socket() may create, strongest first. A GPU driver may need Unix sockets (CUDA's IPC passes
 # descriptors over them); no driver needs vsock, netlink or packet sockets, so "any" is only the
@@ -99,6 +105,9 @@ def build_filter(arch: str, sockets: str = "ip") -> bytes:
         prog += [_ins(_RET, deny), _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _PRCTL[arch], 0, 4), _ins(_LD_ABS_W, 16),  # prctl's option
              _ins(_JEQ, _PR_SCHED_CORE, 0, 1), _ins(_RET, deny), _ins(_LD_ABS_W, 0)]
+    prog += [_ins(_JEQ, _MADVISE[arch], 0, 5), _ins(_LD_ABS_W, 32),  # madvise's advice (args[2])
+             _ins(_JEQ, _MADV_HUGEPAGE, 1, 0), _ins(_JEQ, _MADV_COLLAPSE, 0, 1), _ins(_RET, deny),
+             _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _CLONE3, 0, 1), _ins(_RET, _ERRNO | errno.ENOSYS),
              _ins(_JEQ, _CLONE[arch], 0, 3),
              _ins(_LD_ABS_W, 16),  # args[0], low 32 bits on a little-endian machine: the clone flags
