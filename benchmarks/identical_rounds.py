@@ -13,7 +13,8 @@ side closes the candidate's IPC handles after every verification), --gap-ms N (a
 verification), --busy-ms N (the parent keeps the GPU busy with a trusted matmul loop that long after
 every verification), --no-verify (no verification at all: does the bias come from it?), --touch SIDE (an
 empty, unrecorded window of that side after every verification: is what helps the reference's next
-window its own process having just worked?).
+window its own process having just worked?), --spin-reply-ms N (the parent polls for each reply that
+long before sleeping: is waking its core part of a window's jitter?).
 
 Where a round's noise comes from: every recorded window's parts are written out too (`windows`: per
 round, the reference's and the candidate's wall, start (inputs written and side resumed: up to the
@@ -72,10 +73,37 @@ def _window_spread(rounds: list) -> dict:
     return out
 
 
+def _spin_for_replies(seconds: float) -> None:
+    """Diagnostic: the parent polls a side's channel for up to `seconds` before it sleeps on it, so a
+    reply finds it running (is waking the parent's core part of a window's jitter?). The sides'
+    own channels are not changed: they live in other processes."""
+    import os
+    import select
+
+    from cuda_l1.evaluate.channel import Channel
+
+    fill = Channel._fill
+
+    def spinning_fill(self, need: int, deadline: float | None) -> None:
+        end = time.perf_counter() + seconds
+        while len(self._buffer) < need and time.perf_counter() < end:
+            if select.select([self.read_fd], [], [], 0)[0]:
+                chunk = os.read(self.read_fd, max(need - len(self._buffer), 1 << 20))
+                if not chunk:
+                    break  # closed: the original reports it
+                self._buffer += chunk
+        fill(self, need, deadline)
+
+    Channel._fill = spinning_fill
+
+
 def _diagnostics(args) -> None:
     """Changes to the referee for this script's run only (see the module's help)."""
     from cuda_l1.evaluate.protocol import Mapped, Release
     from cuda_l1.evaluate.referee import Referee
+
+    if args.spin_reply_ms:
+        _spin_for_replies(args.spin_reply_ms / 1000)
 
     verify = Referee.verify_round
 
@@ -149,6 +177,8 @@ def main() -> None:
                         help="diagnostic: an empty, unrecorded window of this side after every verification")
     parser.add_argument("--input-memory-gib", type=float, default=None,
                         help="budget of the input slots (EvalConfig.input_memory_bytes), GiB")
+    parser.add_argument("--spin-reply-ms", type=float, default=0.0,
+                        help="diagnostic: the parent polls for a side's reply this long before sleeping on it")
     parser.add_argument("--settle-ms", type=float, default=None,
                         help="TimingConfig.settle_s, in ms (default: its default): the pause after each verification")
     args = parser.parse_args()
