@@ -14,7 +14,8 @@
 #               (identical_rounds.py) on NOISE_TASKS (default L1/07,L1/09,L1/11), with the default input
 #               slots' budget, with NOISE_GIB (default 32) GiB for them, and with the CPUs kept out of deep
 #               idle states (the kernel's PM QoS request, /dev/cpu_dma_latency, held at 0 us: does waking
-#               a core make the jitter?), the last also without the pause after verification (--settle-ms 0);
+#               a core make the jitter?), the last also without the pause after verification (--settle-ms 0),
+#               and with the parent polling for each reply instead (--spin-reply-ms 100);
 #               the host's idle states into cpu-idle.txt
 #   sizes       every built-in reference timed at its CPU and GPU sizes (GPU_SIZES aim at >= 0.5 ms)
 #   main-job    the README's main job, `cuda-l1 optimize builtin`, timed (set MAIN_JOB_ARGS to narrow it)
@@ -103,6 +104,9 @@ window_noise() {  # identical code's every window: default slots, NOISE_GIB GiB 
   "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --settle-ms 0 \
     --out "$out/noise-awake-settle0.json"
   kill "$held" 2>/dev/null || true
+  # the parent alone kept awake for the replies: it polls for each one before sleeping on it
+  "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --spin-reply-ms 100 \
+    --out "$out/noise-spin.json"
 }
 
 hold_awake() {  # HOLD_AWAKE=1: the PM QoS request held for the whole script (every step's CPUs kept out of deep idle)
