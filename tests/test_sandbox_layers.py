@@ -596,3 +596,36 @@ def test_a_probe_for_cuda_is_the_probe_for_cuda_0(monkeypatch):
     side_plan = config.confine_plan("/elsewhere", probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)
     probe.usable_plan(config.namespaces, "cuda:0", side_plan)
     assert calls == ["cuda:0"]
+
+
+def test_a_windows_calls_run_with_garbage_collection_off_on_either_side():
+    """The harness turns the collector off for a window's calls and back on after (warmup.no_collection):
+    a candidate that turns it off for itself gains nothing over the reference's side."""
+    import gc
+
+    import torch
+
+    from cuda_l1.evaluate import child
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(gc.isenabled())
+            return x + 1
+
+    sent = []
+    side = child.Side(chan=None, device="cpu", notes={}, inputs_fd=-1)
+    side.send = sent.append
+    side.model, side.slots = Probe(), [[torch.zeros(4)], [torch.ones(4)]]
+    assert gc.isenabled()
+    side.run(protocol.Run([0, 1]))
+    (reply,) = sent
+    assert reply.ok, reply
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()  # a side whose code turned it off keeps it off
+    try:
+        side.run(protocol.Run([0]))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
