@@ -90,3 +90,42 @@ def test_a_candidate_far_larger_than_the_reference_is_stopped(evaluator):
     verdict = evaluator.evaluate(HOG, remeasure=False)
     assert verdict.status == "runtime_error"
     assert any("memory" in reason for reason in verdict.reasons), verdict.reasons
+
+
+_HIDES = r'''
+import mmap, os, sys
+held = []
+for _ in range(2):  # a shared anonymous region and a memfd whose descriptor is closed
+    region = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_SHARED)
+    held.append(region)
+fd = os.memfd_create("hidden")
+os.ftruncate(fd, 64 << 20)
+held.append(mmap.mmap(fd, 64 << 20))
+os.close(fd)
+for region in held:
+    for offset in range(0, 64 << 20, mmap.PAGESIZE):
+        region[offset] = 1
+    region.madvise(mmap.MADV_DONTNEED)  # out of the resident set; the pages stay while mapped
+print("ready", flush=True)
+sys.stdin.readline()
+'''
+
+
+def test_shared_memory_dropped_from_the_resident_set_is_still_counted():
+    import subprocess
+    import sys
+
+    from cuda_l1.evaluate import side_memory
+
+    proc = subprocess.Popen([sys.executable, "-c", _HIDES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        held = side_memory.tree_bytes([proc.pid], None, "", "/nonexistent", None)
+        objects = side_memory.unnamed_shared([proc.pid], None)
+        assert sum(objects.values()) >= 192 * MiB, objects
+        assert held >= 192 * MiB, held
+        scan = side_memory.SharedScan(every_s=60)
+        assert scan.objects([proc.pid], None) == objects and scan.objects([], None) == objects  # not scanned again
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)

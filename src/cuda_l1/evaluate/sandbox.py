@@ -77,6 +77,7 @@ class SideProcess:
     memory_limit: int = 0  # host memory it may hold (side_memory.py); raised, never lowered, by allow_memory
     started_at: float = 0.0  # time.monotonic() when it was started
     peak_memory: int = 0  # the most it was seen holding
+    shared_scan: side_memory.SharedScan = field(default_factory=side_memory.SharedScan)  # without a cgroup
     pinned_core: int | None = None  # the core the parent pinned its threads to (pinning.py), if any
 
     @classmethod
@@ -171,7 +172,7 @@ class SideProcess:
         if used is None:
             own = os.fstat(self.inputs_fd).st_ino if self.inputs_fd >= 0 else None
             used = side_memory.tree_bytes(self.tree(), self.harness_pid(), self.notes.get("mounts", ""), self.scratch,
-                                          own)
+                                          own, self.shared_scan)
         self.peak_memory = max(self.peak_memory, used)
         return used
 

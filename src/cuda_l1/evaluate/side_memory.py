@@ -14,16 +14,20 @@ gets a limit that fits them; a small task keeps the floor, so a runaway candidat
 from __future__ import annotations
 
 import os
+import time
 
 from cuda_l1.evaluate import sigstop
 from cuda_l1.evaluate.config import SandboxConfig
 
 
 
-def tree_bytes(pids: list[int], harness_pid: int | None, mounts: str, scratch: str, own_inputs_inode: int | None) -> int:
+def tree_bytes(pids: list[int], harness_pid: int | None, mounts: str, scratch: str, own_inputs_inode: int | None,
+               shared: SharedScan | None = None) -> int:
     """Without a cgroup: the anonymous and shared resident memory of every process (not mapped files:
-    the libraries every side maps are page cache), what the private tmpfs mounts hold, and the memfds
-    the tree keeps open (the parent's input buffer, which the side only reads, excepted)."""
+    the libraries every side maps are page cache), what the private tmpfs mounts hold, the memfds
+    the tree keeps open (the parent's input buffer, which the side only reads, excepted) and the
+    shared-memory objects it maps that no file system holds (unnamed_shared; `shared`: that scan
+    made at most so often)."""
     total = 0
     for pid in pids:
         for line in sigstop.read(f"/proc/{pid}/status").splitlines():
@@ -37,7 +41,9 @@ def tree_bytes(pids: list[int], harness_pid: int | None, mounts: str, scratch: s
             except OSError:
                 pass
     seen: set = set()
-    return total + memfd_bytes(pids, own_inputs_inode, seen) + unnamed_shared_bytes(pids, own_inputs_inode, seen)
+    total += memfd_bytes(pids, own_inputs_inode, seen)
+    objects = shared.objects(pids, own_inputs_inode) if shared is not None else unnamed_shared(pids, own_inputs_inode)
+    return total + sum(size for key, size in objects.items() if key not in seen)
 
 
 # Mappings of shared memory that no file system holds: MAP_SHARED | MAP_ANONYMOUS regions, and memfds
@@ -45,13 +51,14 @@ def tree_bytes(pids: list[int], harness_pid: int | None, mounts: str, scratch: s
 _UNNAMED_SHARED = ("/dev/zero", "/memfd:")
 
 
-def unnamed_shared_bytes(pids: list[int], own_inputs_inode: int | None, seen: set) -> int:
-    """Bytes the shared-memory objects mapped by the tree hold, whole (their inode's blocks). A process
-    that touched such a region and then dropped it from its own resident set (madvise MADV_DONTNEED)
-    shows none of it in its RSS, yet the pages stay allocated for as long as the region is mapped: a
-    candidate held 17 GiB so, counted as 1 GiB. Resident pages of these objects are counted twice (in
-    RssShmem too): an over-count, which only ever ends a side early. `seen`: objects counted already."""
-    total = 0
+def unnamed_shared(pids: list[int], own_inputs_inode: int | None) -> dict:
+    """The shared-memory objects mapped by the tree that no file system holds, each with the bytes it
+    holds, whole (its inode's blocks). A process that touched such a region and then dropped it from
+    its own resident set (madvise MADV_DONTNEED) shows none of it in its RSS, yet the pages stay
+    allocated for as long as the region is mapped: a candidate held 17 GiB so, counted as 1 GiB.
+    Resident pages of these objects are counted twice (in RssShmem too): an over-count, which only
+    ever ends a side early."""
+    objects: dict = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps") as fh:
@@ -71,11 +78,26 @@ def unnamed_shared_bytes(pids: list[int], own_inputs_inode: int | None, seen: se
                 key = ("maps", fields[3], int(fields[4]))
                 lo, hi = (int(x, 16) for x in fields[0].split("-"))
                 size = hi - lo
-            if key[-1] == own_inputs_inode or key in seen:
-                continue
-            seen.add(key)
-            total += size
-    return total
+            if key[-1] != own_inputs_inode:
+                objects[key] = size
+    return objects
+
+
+class SharedScan:
+    """unnamed_shared, scanned at most every `every_s` seconds: reading a process's map costs about
+    1 ms for every 1000 mappings (0.4 ms for a CPU side's 350), and a CUDA side has thousands. What it
+    finds must stay mapped to stay held, so a scan a quarter-second old still sees it."""
+
+    def __init__(self, every_s: float = 0.25):
+        self.every_s = every_s
+        self.at = float("-inf")
+        self.found: dict = {}
+
+    def objects(self, pids: list[int], own_inputs_inode: int | None) -> dict:
+        now = time.monotonic()
+        if now - self.at >= self.every_s:
+            self.found, self.at = unnamed_shared(pids, own_inputs_inode), now
+        return self.found
 
 
 def memfd_bytes(pids: list[int], own_inputs_inode: int | None, seen: set | None = None) -> int:
