@@ -51,7 +51,7 @@ def test_a_verify_requests_oracle_calls_are_judged_against_the_float64_reference
     assert reply.ok, reply
     assert [[v.ok for v in call] for call in reply.calls] == [[True], [False]]
     assert reply.spent_s["oracle"] > 0
-    assert OracleMemory("cpu").pool is None  # nothing to give back on a CPU: the allocator is malloc's
+    assert not OracleMemory("cpu").usable  # nothing to give back on a CPU: the allocator is malloc's
 
 
 @pytest.mark.gpu
@@ -63,7 +63,7 @@ def test_the_oracles_device_memory_goes_back_and_the_windows_cache_stays():
     cached = torch.cuda.memory_reserved()
     assert cached >= 256 << 20
     memory = OracleMemory("cuda")
-    assert memory.pool is not None, "this torch has no torch.cuda.MemPool: the oracle's memory stays cached"
+    assert memory.usable, "this torch has no torch.cuda.MemPool: the oracle's memory stays cached"
     with memory.using():
         wide = torch.ones(1 << 28, dtype=torch.float64, device="cuda")  # 2 GiB
         out = torch.tanh(wide)

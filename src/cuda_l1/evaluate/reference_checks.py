@@ -28,12 +28,16 @@ class OracleMemory:
     oracle's memory alone."""
 
     def __init__(self, device: str):
-        usable = device.startswith("cuda") and hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool")
-        self.pool = torch.cuda.MemPool() if usable else None
+        self.usable = device.startswith("cuda") and all(hasattr(torch.cuda, n) for n in ("MemPool", "use_mem_pool"))
+        self.pool = None  # made at the request's first oracle
 
     def using(self):
         """The block's device allocations go to the pool."""
-        return torch.cuda.use_mem_pool(self.pool) if self.pool is not None else contextlib.nullcontext()
+        if not self.usable:
+            return contextlib.nullcontext()
+        if self.pool is None:
+            self.pool = torch.cuda.MemPool()
+        return torch.cuda.use_mem_pool(self.pool)
 
     def release(self) -> None:
         """Gives the pool's memory back (its destructor frees what it caches); every tensor allocated in
