@@ -6,7 +6,8 @@ the other side or escape the core it is timed on), asking for transparent huge p
 MADV_HUGEPAGE or MADV_COLLAPSE: faster memory than the other side's, where the host gives them
 only on request), sockets other than IP ones (the host's Unix sockets
 are files, which Landlock's rules do not cover for connect(); vsock is not namespaced: it reaches a
-virtual machine's host), SysV IPC and
+virtual machine's host; socketpair too, unless Unix sockets are allowed: buffers queued on them are
+kernel memory, which the count of a side's memory does not see), SysV IPC and
 POSIX message queues, ptrace and cross-process memory access, new
 namespaces (clone with CLONE_NEW*, unshare, setns), mounts, kernel keyrings, BPF, perf events,
 userfaultfd, io_uring (whose operations bypass seccomp), module loading, kexec, reboot, swap, and
@@ -57,6 +58,7 @@ _DENIED = {
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
+_SOCKETPAIR = {"x86_64": 53, "aarch64": 199}
 _PRCTL = {"x86_64": 157, "aarch64": 167}
 _PR_SCHED_CORE = 62  # core scheduling: a side could keep its core's SMT sibling idle during its windows
 _MADVISE = {"x86_64": 28, "aarch64": 233}
@@ -98,11 +100,15 @@ def build_filter(arch: str, sockets: str = "ip") -> bytes:
     for nr in sorted(_DENIED[arch].values()):
         prog += [_ins(_JEQ, nr, 0, 1), _ins(_RET, deny)]
     families = _SOCKET_FAMILIES[sockets]
-    if families:  # socket() of these families only, inert in the empty network namespace. socketpair stays.
+    if families:  # socket() of these families only, inert in the empty network namespace
         n = len(families)
         prog += [_ins(_JEQ, _SOCKET[arch], 0, n + 3), _ins(_LD_ABS_W, 16)]  # args[0]: the family
         prog += [_ins(_JEQ, family, n - i, 0) for i, family in enumerate(families)]
         prog += [_ins(_RET, deny), _ins(_LD_ABS_W, 0)]
+    if families and _AF_UNIX not in families:
+        # socketpair() makes Unix sockets only. Their queued bytes are kernel memory, which no count
+        # of a side's memory sees where no cgroup accounts it: 327 pairs held 5 GiB counted as 0.5.
+        prog += [_ins(_JEQ, _SOCKETPAIR[arch], 0, 1), _ins(_RET, deny)]
     prog += [_ins(_JEQ, _PRCTL[arch], 0, 4), _ins(_LD_ABS_W, 16),  # prctl's option
              _ins(_JEQ, _PR_SCHED_CORE, 0, 1), _ins(_RET, deny), _ins(_LD_ABS_W, 0)]
     prog += [_ins(_JEQ, _MADVISE[arch], 0, 5), _ins(_LD_ABS_W, 32),  # madvise's advice (args[2])
