@@ -78,3 +78,53 @@ def test_a_compile_error_is_published_readable_too(tmp_path):
     assert not result.ok and result.entry_dir
     assert stat.S_IMODE(os.stat(result.entry_dir).st_mode) == 0o755
     assert os.stat(os.path.join(result.entry_dir, "meta.json")).st_mode & 0o044 == 0o044
+
+
+def _fake_compile(size: int):
+    """A compile_extension that writes a library of `size` bytes and succeeds (no compiler run)."""
+    from cuda_l1.evaluate.build.compile import CompileOutcome
+
+    def compile_extension(spec, toolchain, key, workdir, config, pch, host_pch):
+        (workdir / "fake.so").write_bytes(b"\0" * size)
+        return CompileOutcome(ok=True, module_name=spec.name, library="fake.so", error="", log="linked")
+
+    return compile_extension
+
+
+def test_a_build_larger_than_the_cache_keeps_fails_and_keeps_only_its_error(tmp_path, monkeypatch):
+    from cuda_l1.evaluate.build import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "compile_extension", _fake_compile(3 << 20))
+    spec = ExtensionSpec.from_load_inline_args(name="ballast", cpp_sources="int f() { return 1; }", functions=["f"])
+    config = BuildConfig(cache_dir=tmp_path / "c", pch="off", max_entry_bytes=2 << 20)
+    result = build_extension(spec, config)
+    assert not result.ok and "more than the 2 MiB a build may keep" in result.error, result.error
+    assert not os.path.exists(os.path.join(result.entry_dir, "fake.so"))
+    again = build_extension(spec, config)  # the same source is not compiled again
+    assert again.cached and not again.ok and again.error == result.error
+
+
+def test_the_cache_loses_the_builds_used_longest_ago_past_its_size(tmp_path, monkeypatch):
+    from cuda_l1.evaluate.build import cache as cache_module
+    from cuda_l1.evaluate.build.cache_limits import trim
+
+    monkeypatch.setattr(cache_module, "compile_extension", _fake_compile(1 << 20))
+    config = BuildConfig(cache_dir=tmp_path / "c", pch="off", cache_max_bytes=0)
+    results = {}
+    for i, name in enumerate(("first", "second", "third")):
+        spec = ExtensionSpec.from_load_inline_args(name=name, cpp_sources=f"int f() {{ return {i}; }}", functions=["f"])
+        results[name] = (spec, build_extension(spec, config))
+        when = time.time() - 100 + 10 * i
+        os.utime(os.path.join(results[name][1].entry_dir, "meta.json"), (when, when))
+    assert build_extension(results["first"][0], config).cached  # a lookup: "first" is now the one used last
+    cache = BuildCache(tmp_path / "c")
+    with cache.lock(results["third"][1].key):  # a builder holds it: not removed
+        removed = trim(cache.root, (2 << 20) + (1 << 19), keep="")
+    assert removed == [results["second"][1].key], removed
+    assert os.path.isdir(results["first"][1].entry_dir) and os.path.isdir(results["third"][1].entry_dir)
+    # published past the limit: the builds used longest ago go, never the one just published
+    limited = BuildConfig(cache_dir=tmp_path / "c", pch="off", cache_max_bytes=1 << 20)
+    spec = ExtensionSpec.from_load_inline_args(name="fourth", cpp_sources="int f() { return 4; }", functions=["f"])
+    fourth = build_extension(spec, limited)
+    assert fourth.ok and os.path.isfile(fourth.so_path)
+    assert not os.path.isdir(results["third"][1].entry_dir) and not os.path.isdir(results["first"][1].entry_dir)

@@ -30,6 +30,10 @@ class BuildConfig:
     split_nvcc: bool = setting(True, "run nvcc's host and device front ends side by side (nvcc_split.py)")
     timeout_s: float = setting(900.0, "limit per compiler or linker command")
     cache_failures: bool = setting(True, "keep compile errors so the same source is never compiled twice")
+    max_entry_bytes: int = setting(256 * 2**20, "largest build the cache keeps (its files in all); a larger one "
+                                   "fails, and its error is kept in place of its files (cache_limits.py)")
+    cache_max_bytes: int = setting(20 * 2**30, "the cache's builds past this size lose the ones used longest ago "
+                                   "(precompiled headers not counted; 0: no limit)")
 
     def __post_init__(self):
         if self.pch not in PCH_MODES:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_l1.evaluate.build.compile import build_key, compile_extension
+from cuda_l1.evaluate.build import cache_limits
 from cuda_l1.evaluate.build.build_config import BuildConfig
 from cuda_l1.evaluate.build.build_errors import CompileError
 from cuda_l1.evaluate.build.host_pch import HostPchStore
@@ -102,6 +103,7 @@ class BuildCache:
             return None
         if meta.get("ok") and not (self.entry(key) / str(meta.get("library"))).is_file():
             return None  # library removed by hand: build again
+        cache_limits.mark_used(self.entry(key))
         return meta
 
     def discard(self, key: str) -> None:
@@ -204,5 +206,11 @@ def build_extension(spec: ExtensionSpec, config: BuildConfig | None = None,
         if outcome.transient or (not outcome.ok and not config.cache_failures):
             shutil.rmtree(workdir, ignore_errors=True)
             return _result(key, meta, None, False, 0.0)
+        oversized = cache_limits.too_large(workdir, config.max_entry_bytes)
+        if oversized:  # kept as a failed build: its error, none of its files
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir = cache.new_workdir(key)
+            meta.update(ok=False, library=None, error=oversized)
         entry = cache.publish(key, workdir, meta, outcome.log)
+        cache_limits.trim(cache.root, config.cache_max_bytes, keep=key)
         return _result(key, meta, entry, False, 0.0)
