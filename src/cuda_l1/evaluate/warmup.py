@@ -16,8 +16,8 @@ import sys
 # the main thread's blocks all come from the heap, which is kept. Any size: with blocks of 256 MiB or
 # more still mapped afresh, a candidate that called mallopt itself kept its 256 MiB outputs on the
 # heap while the reference's side page-faulted through each of its own, and identical code scored
-# 1.43. No policy mallopt can set serves a forward's blocks faster than this one, so a candidate
-# gains nothing by setting its own. (On a GPU the timed work is on the device.)
+# 1.43. No policy mallopt can set is known to serve a forward's large blocks faster than this one,
+# so a candidate gains nothing by setting its own. (On a GPU the timed work is on the device.)
 _TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int: the largest it can say
 
 
