@@ -37,6 +37,8 @@ class SandboxConfig:
     scratch_bytes: int = setting(4 * 2**30, "size of the side's scratch directory (a tmpfs"
                                  " where mount namespaces work)")
     max_processes: int = setting(32, "processes in the side's tree (fork bombs end here)")
+    max_threads: int = setting(4096, "threads in the side's tree, all processes together: without a pids "
+                               "controller nothing else stops a side from taking the host's pid space")
     cpu_seconds: int = setting(3600, "RLIMIT_CPU")
     file_bytes: int = setting(512 * 2**20, "RLIMIT_FSIZE: largest file the side may write")
     open_files: int = setting(4096, "RLIMIT_NOFILE")
@@ -192,8 +194,8 @@ def check_settings(config: EvalConfig) -> None:
         (0 <= t.settle_s <= 1, "timing settle_s is between 0 and 1 second"),
         (box.memory_factor >= 1 and box.memory_headroom_bytes >= 0,
          "sandbox memory_factor must be at least 1 and memory_headroom_bytes not negative"),
-        (min(box.memory_bytes, box.shm_bytes, box.scratch_bytes, box.max_processes, box.cpu_seconds,
-             box.file_bytes, box.open_files) > 0, "every sandbox limit must be positive"),
+        (min(box.memory_bytes, box.shm_bytes, box.scratch_bytes, box.max_processes, box.max_threads,
+             box.cpu_seconds, box.file_bytes, box.open_files) > 0, "every sandbox limit must be positive"),
     ]
     for ok, message in problems:
         if not ok:

@@ -200,6 +200,9 @@ class SideProcess:
         if len(pids) > self.config.max_processes:
             self.kill(f"started more than {self.config.max_processes} processes")
             raise ChildFailure("runtime_error", f"the side started more than {self.config.max_processes} processes")
+        if sigstop.thread_count(pids) > self.config.max_threads:
+            self.kill(f"started more than {self.config.max_threads} threads")
+            raise ChildFailure("runtime_error", f"the side started more than {self.config.max_threads} threads")
         used = self.memory_bytes()
         if used > self.memory_limit:
             self.kill(f"used {used / 2**30:.1f} GiB of memory")

@@ -54,6 +54,16 @@ def process_tree(root: int) -> list[int]:
     return out
 
 
+def thread_count(pids: list[int]) -> int:
+    """Threads of these processes, all together (the kernel's num_threads of each)."""
+    total = 0
+    for pid in pids:
+        f = stat_fields(pid)
+        if len(f) > 17:
+            total += int(f[17])
+    return total
+
+
 def cpu_ticks(pids: list[int]) -> int:
     """User + system CPU time of these processes, in clock ticks (ended threads included)."""
     total = 0
