@@ -89,15 +89,21 @@ cpu_idle() {  # the host's CPU idle states and whether the PM QoS request can be
   cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor
 }
 
+awake() {  # awake LOG: the CPUs held out of deep idle states (the PM QoS request at 0 us) by a process of
+  # its own, whose pid goes into awake_pid: the request holds while its file stays open
+  "$py" -c "import struct, time; fh = open('/dev/cpu_dma_latency', 'wb', buffering=0); fh.write(struct.pack('i', 0)); print('held', flush=True); time.sleep(86400)" \
+    > "$1" 2>&1 &
+  awake_pid=$!
+  sleep 1
+}
+
 window_noise() {  # identical code's every window: default slots, NOISE_GIB GiB of slots, CPUs held out of deep idle
   local tasks="${NOISE_TASKS:-L1/07,L1/09,L1/11}" held
   "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --out "$out/noise-default.json"
   "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 \
     --input-memory-gib "${NOISE_GIB:-32}" --out "$out/noise-${NOISE_GIB:-32}gib.json"
-  # the request holds while the file stays open (a process of its own, ended after the run)
-  "$py" -c "import struct, time; fh = open('/dev/cpu_dma_latency', 'wb', buffering=0); fh.write(struct.pack('i', 0)); print('held', flush=True); time.sleep(3600)" &
-  held=$!
-  sleep 1
+  awake "$out/noise-awake.log"
+  held=$awake_pid
   "$py" benchmarks/identical_rounds.py --device cuda --tasks "$tasks" --repeats 1 --out "$out/noise-awake.json"
   # and without the pause after verification, which made up for the reference's process having just
   # worked (2026-12-02-h200-settle): is that a core's idle state too?
@@ -109,14 +115,7 @@ window_noise() {  # identical code's every window: default slots, NOISE_GIB GiB 
     --out "$out/noise-spin.json"
 }
 
-hold_awake() {  # HOLD_AWAKE=1: the PM QoS request held for the whole script (every step's CPUs kept out of deep idle)
-  "$py" -c "import struct, time; fh = open('/dev/cpu_dma_latency', 'wb', buffering=0); fh.write(struct.pack('i', 0)); print('held', flush=True); time.sleep(86400)" \
-    > "$out/hold-awake.log" 2>&1 &
-  awake_pid=$!
-  trap 'kill "$awake_pid" 2>/dev/null' EXIT
-  sleep 1
-}
-[ -n "${HOLD_AWAKE:-}" ] && hold_awake
+[ -n "${HOLD_AWAKE:-}" ] && awake "$out/hold-awake.log" && trap 'kill "$awake_pid" 2>/dev/null' EXIT
 
 ablations() {  # identical code on a launch-bound and a memory-bound task, one side difference removed each time
   # ABLATION_VARIANTS: '|'-separated identical_rounds.py options ('' is "as is"); ABLATION_TASKS; ABLATION_REPEATS
@@ -168,7 +167,7 @@ for s in "${steps[@]}"; do
     throughput) step throughput "${THROUGHPUT_S:-240}" "$py" benchmarks/throughput.py --device cuda --limit 8 \
         --out "$out/throughput.json" ${THROUGHPUT_ARGS:-} ;;
     window-noise) cpu_idle > "$out/cpu-idle.txt" 2>&1
-      export out py; export -f window_noise
+      export out py; export -f window_noise awake
       step window-noise "${NOISE_S:-300}" bash -c window_noise ;;
     kb-tasks) kb_tasks=$(mktemp -d)
       for t in ${KB_TASKS:-level1/25_Swish.py level1/29_Softplus.py}; do

@@ -60,12 +60,7 @@ def unnamed_shared(pids: list[int], own_inputs_inode: int | None) -> dict:
     ever ends a side early."""
     objects: dict = {}
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as fh:
-                lines = fh.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
+        for line in sigstop.read(f"/proc/{pid}/maps").splitlines():  # "" for a process that ended
             fields = line.split(None, 5)
             if len(fields) < 6 or not fields[5].startswith(_UNNAMED_SHARED):
                 continue
