@@ -128,3 +128,34 @@ def test_the_cache_loses_the_builds_used_longest_ago_past_its_size(tmp_path, mon
     fourth = build_extension(spec, limited)
     assert fourth.ok and os.path.isfile(fourth.so_path)
     assert not os.path.isdir(results["third"][1].entry_dir) and not os.path.isdir(results["first"][1].entry_dir)
+
+
+def test_the_caches_size_is_a_running_total_walked_only_past_its_limit(tmp_path, monkeypatch):
+    from cuda_l1.evaluate.build import cache as cache_module
+    from cuda_l1.evaluate.build import cache_limits
+
+    monkeypatch.setattr(cache_module, "compile_extension", _fake_compile(1 << 20))
+    config = BuildConfig(cache_dir=tmp_path / "c", pch="off", cache_max_bytes=(3 << 20) + (1 << 19))
+    walks = []
+    real_entries = cache_limits._entries
+    monkeypatch.setattr(cache_limits, "_entries", lambda root: walks.append(1) or real_entries(root))
+
+    def build(i):
+        spec = ExtensionSpec.from_load_inline_args(name=f"e{i}", cpp_sources=f"int f() {{ return {i}; }}", functions=["f"])
+        result = build_extension(spec, config)
+        assert result.ok
+        return result
+
+    def recorded_total():
+        return json.loads((tmp_path / "c" / cache_limits.USAGE_FILE).read_text())["bytes"]
+
+    first = build(0)
+    assert len(walks) == 1  # no running total yet: the cache is walked once
+    entry_size = json.loads(open(os.path.join(first.entry_dir, "meta.json")).read())["bytes"]
+    assert entry_size > 1 << 20
+    build(1), build(2)
+    assert len(walks) == 1 and recorded_total() == 3 * entry_size  # each publish adds its entry, no walk
+    build(3)  # past the limit: walked and trimmed to LOW_WATER of it, the oldest gone
+    assert len(walks) == 2 and not os.path.isdir(first.entry_dir)
+    assert recorded_total() <= cache_limits.LOW_WATER * config.cache_max_bytes
+    assert recorded_total() == sum(size for *_, size in real_entries(tmp_path / "c"))

@@ -32,8 +32,8 @@ class BuildConfig:
     cache_failures: bool = setting(True, "keep compile errors so the same source is never compiled twice")
     max_entry_bytes: int = setting(256 * 2**20, "largest build the cache keeps (its files in all); a larger one "
                                    "fails, and its error is kept in place of its files (cache_limits.py)")
-    cache_max_bytes: int = setting(20 * 2**30, "the cache's builds past this size lose the ones used longest ago "
-                                   "(precompiled headers not counted; 0: no limit)")
+    cache_max_bytes: int = setting(20 * 2**30, "the cache's builds past this size lose the ones used longest "
+                                   "ago, down to 90% of it (precompiled headers not counted; 0: no limit)")
 
     def __post_init__(self):
         if self.pch not in PCH_MODES:

@@ -206,11 +206,14 @@ def build_extension(spec: ExtensionSpec, config: BuildConfig | None = None,
         if outcome.transient or (not outcome.ok and not config.cache_failures):
             shutil.rmtree(workdir, ignore_errors=True)
             return _result(key, meta, None, False, 0.0)
-        oversized = cache_limits.too_large(workdir, config.max_entry_bytes)
+        size = cache_limits.tree_bytes(workdir)
+        oversized = cache_limits.too_large(size, config.max_entry_bytes)
         if oversized:  # kept as a failed build: its error, none of its files
             shutil.rmtree(workdir, ignore_errors=True)
             workdir = cache.new_workdir(key)
             meta.update(ok=False, library=None, error=oversized)
+            size = 0
+        meta["bytes"] = size + len(outcome.log) + 4096  # about: with build.log and meta.json
         entry = cache.publish(key, workdir, meta, outcome.log)
-        cache_limits.trim(cache.root, config.cache_max_bytes, keep=key)
+        cache_limits.note_published(cache.root, meta["bytes"], config.cache_max_bytes, keep=key)
         return _result(key, meta, entry, False, 0.0)
