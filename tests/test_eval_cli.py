@@ -42,6 +42,19 @@ def test_readable_summary_and_failed_verdict_exit_zero():
     assert "compile_error" in out.stdout and "Traceback" not in out.stderr
 
 
+def test_a_lone_surrogate_from_the_side_is_printed_as_a_verdict(tmp_path):
+    """JSON lets a side send "\\ud800", which decodes to a str that no UTF-8 encoder takes: printing
+    the verdict raised UnicodeEncodeError in the parent, a traceback and no verdict."""
+    cand = tmp_path / "cand.py"
+    cand.write_text('raise RuntimeError("bad \\ud800 text")\n')
+    out = run_eval(CORPUS / "refs" / "relu_add.py", cand)
+    assert out.returncode == 0 and "compile_error" in out.stdout, out.stderr
+    assert "Traceback" not in out.stderr and "bad ? text" in out.stdout
+    out = run_eval(CORPUS / "refs" / "relu_add.py", cand, "--json")
+    verdict = json.loads(out.stdout)
+    json.dumps(verdict, ensure_ascii=False).encode("utf-8")  # what the store and exports write
+
+
 def test_broken_reference_is_bad_input(tmp_path):
     ref = tmp_path / "ref.py"
     ref.write_text("def get_inputs(:\n")

@@ -53,7 +53,13 @@ def _bool(v, name) -> bool:
 def _str(v, name, limit=MAX_TEXT) -> str:
     if type(v) is not str:
         raise ProtocolError(f"{name}: expected a string")
-    return v[:limit]
+    return _encodable(v[:limit])
+
+
+def _encodable(v: str) -> str:
+    """JSON lets a side send a lone surrogate ("\\ud800"): a str that no UTF-8 encoder takes, which would
+    stop whatever prints or stores it. Each one becomes '?'."""
+    return v if v.isascii() else v.encode("utf-8", "replace").decode("utf-8")
 
 
 def _list(v, name, limit) -> list:
@@ -69,7 +75,7 @@ def _strs(v, name, limit=64) -> list[str]:
 def _scalar(v, name):
     """A JSON scalar: what a non-tensor output or input may be."""
     if v is None or type(v) in (bool, int, str):
-        return v if type(v) is not str else v[:300]
+        return v if type(v) is not str else _encodable(v[:300])
     if type(v) is float:
         return v  # NaN/inf allowed: a scalar output may legitimately be one
     raise ProtocolError(f"{name}: expected a scalar")
@@ -80,7 +86,7 @@ def _structure(v, depth=0):
     if depth > 8:
         raise ProtocolError("structure: nested too deeply")
     if type(v) is str:
-        return v[:100]
+        return _encodable(v[:100])
     if type(v) is dict and set(v) == {"seq", "items"}:
         return {"seq": _str(v["seq"], "structure", 20),
                 "items": [_structure(x, depth + 1) for x in _list(v["items"], "structure", MAX_LEAVES)]}

@@ -28,12 +28,13 @@ EVALUATION_CHECKS = ("evaluator", "reference_ran", "gpu_health_after")
 REJUDGE_CHECK = "rejudge"  # a stored verdict reopened by the user (Store.reopen_verdict): judged again
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters, and lone surrogates (JSON's "\ud800" decodes to one; no UTF-8 encoder takes it).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def clean_text(text: str) -> str:
-    """Text a candidate could have written, safe to print: control characters (terminal escape
-    sequences among them) become '?'; newlines and tabs stay."""
+    """Text a candidate could have written, safe to print and to write as UTF-8: control characters
+    (terminal escape sequences among them) and lone surrogates become '?'; newlines and tabs stay."""
     return _CONTROL.sub("?", text)
 
 
