@@ -496,3 +496,15 @@ def test_compilers_are_held_to_a_file_size_and_their_output_to_its_ends(tmp_path
     assert len(flood.output) < procs.OUTPUT_HEAD_BYTES + procs.OUTPUT_TAIL_BYTES + 200
     assert flood.output.startswith("line 000000") and flood.output.rstrip().endswith("x" * 40)
     assert "line 199999" in flood.output and "bytes of compiler output left out" in flood.output
+
+
+def test_a_jailed_compiler_is_taken_before_the_evaluator_on_a_host_out_of_memory(tmp_path):
+    """The OOM killer's score of a compiler is 500: after the sides (1000), before the evaluator (0)."""
+    import subprocess
+    import sys
+
+    from cuda_l1.evaluate.build.procs import jailed
+
+    cmd = jailed(["cat", "/proc/self/oom_score_adj"], tmp_path, {})
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "500", (out.stdout, out.stderr)

@@ -116,6 +116,8 @@ attempt("nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, -5))
 attempt("write_outside", lambda: open(sys.argv[2], "w").write("x"))
 attempt("write_scratch", lambda: open(os.path.join(plan.scratch, "f"), "w").write("x"))
 attempt("shm_hog", lambda: open("/dev/shm/hog", "wb").write(b"\0" * (plan.shm_bytes + (1 << 20))))
+attempt("oom_lower", lambda: open("/proc/self/oom_score_adj", "w").write("0"))
+out["oom_score_adj"] = open("/proc/self/oom_score_adj").read().strip()
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 out["subprocess"] = subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout.strip()
 print(json.dumps(out))
@@ -140,6 +142,11 @@ def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_es
     for name in ("affinity", "fifo", "nice"):
         assert out[name] != "allowed", (name, notes)
     assert out["write_scratch"] == "allowed" and out["subprocess"] == "1"
+    # The host's OOM killer takes the side first; where the evaluator holds CAP_SYS_RESOURCE, the side
+    # cannot take that back.
+    assert notes["oom_score_adj"].startswith("1000"), notes
+    if "not locked" not in notes["oom_score_adj"]:
+        assert out["oom_score_adj"] == "1000" and out["oom_lower"] != "allowed", out
     if landlock_abi() >= 1:
         assert out["write_outside"] != "allowed" and not outside.exists()
     if not notes.get("namespaces", "").startswith("not"):
@@ -270,6 +277,7 @@ def test_a_root_side_takes_the_unprivileged_uid_and_no_capabilities(tmp_path):
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out["uid"] == NOBODY and out["caps"] == 0, out["notes"]
         assert out["write_scratch"] == "allowed" and out["subprocess"] == "1"
+        assert out["oom_score_adj"] == "1000" or "not locked" in out["notes"]["oom_score_adj"], out
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -1,7 +1,9 @@
 """A candidate's memory limit follows the task: what the reference's side holds, times a factor, plus
-headroom, never below the floor; page cache is not counted."""
+headroom, never below the floor and never above half the host; page cache is not counted."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -12,6 +14,7 @@ from cuda_l1.evaluate.side_memory import candidate_limit, reference_limit
 from cuda_l1.tasks import Task
 
 MiB = 2**20
+GiB = 2**30
 
 # The reference holds a 512 MiB table: well above the 768 MiB floor once torch is in.
 REFERENCE = '''
@@ -60,7 +63,15 @@ def test_limit_grows_with_the_reference_and_never_below_the_floor():
     huge = candidate_limit(box, 10**15)  # never beyond what the reference's own side may hold
     assert huge == reference_limit(box)
     assert reference_limit(box) >= box.memory_bytes
-    assert reference_limit(SandboxConfig(reference_memory_bytes=64 * MiB)) == SandboxConfig().memory_bytes
+    assert reference_limit(SandboxConfig(reference_memory_bytes=64 * GiB)) == 64 * GiB
+
+
+def test_the_floor_never_passes_half_the_host():
+    """On a 24 GiB host the 16 GiB floor let a candidate hold 14.5 GiB beside a compiler of 3 GiB."""
+    half = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    box = SandboxConfig(memory_bytes=4 * half)
+    assert candidate_limit(box, 0) == reference_limit(box) == half
+    assert candidate_limit(SandboxConfig(memory_bytes=4 * half, reference_memory_bytes=3 * half), 0) == 3 * half
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,12 @@ class SandboxConfig:
     drop_identity: bool = setting(True, "an unprivileged uid where possible, else uid 0 without capabilities")
     cgroup: bool = setting(True, "a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made")
     memory_bytes: int = setting(16 * 2**30, "host memory a candidate's side may always hold (resident, tmpfs, memfd; "
-                                "not page cache); more on tasks whose reference holds more")
+                                "not page cache); more on tasks whose reference holds more; never more "
+                                "than the reference's side may hold")
     memory_factor: float = setting(2.0, "a candidate may hold this many times the reference's peak host memory...")
     memory_headroom_bytes: int = setting(4 * 2**30, "... plus this much (compilers, a copy of the weights)")
     reference_memory_bytes: int | None = setting(None, "host memory the reference's own side may hold (None: half "
-                                                 "of this host's memory, at least memory_bytes)")
+                                                 "of this host's memory)")
     fork_server: bool = setting(True, "start sides by forking a process that has imported torch (a side ready "
                                 "in 0.07 s on a CPU, 0.5 s on an H200, against 2.4 s and 5 s; each still confines "
                                 "itself before any device or candidate code)")

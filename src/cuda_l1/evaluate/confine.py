@@ -48,6 +48,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECUREBITS = 28
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_SYS_RESOURCE = 24
 _SECUREBITS_LOCKED = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # noroot, no_setuid_fixup, keep_caps, ambient: locked
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 2, 4, 8
 NOBODY = 65534
@@ -73,6 +74,11 @@ class ConfinePlan:
     read_paths: list[str] = field(default_factory=list)  # extra readable directories (the build cache)
     limits: dict = field(default_factory=dict)  # cpu_s, file_bytes, open_files, address_space_bytes
     cgroup_procs: str = ""  # the side's own cgroup (its cgroup.procs file): joined before anything else
+    # The host's OOM killer takes a side before anything else (the evaluator, a compiler, the host's own
+    # processes): it picks by resident memory, and a side can hold memory that no resident set shows
+    # (a memfd written, never mapped). Written with CAP_SYS_RESOURCE, the score is also the least the
+    # side may set later; without it (some containers), the side could lower it again.
+    oom_score_adj: int = 1000
 
 
 def die_with_parent() -> None:
@@ -295,6 +301,13 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
     `keep_fds` open."""
     notes: dict[str, str] = {}
     die_with_parent()
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write(str(plan.oom_score_adj))
+        locked = effective_capabilities() & (1 << _CAP_SYS_RESOURCE)
+        notes["oom_score_adj"] = f"{plan.oom_score_adj}{'' if locked else ' (not locked: no CAP_SYS_RESOURCE)'}"
+    except OSError as exc:
+        notes["oom_score_adj"] = f"not enforced: {exc.strerror}"
     if plan.cgroup_procs:  # first, so that every process this one ever starts is in the group too
         try:
             with open(plan.cgroup_procs, "w") as fh:

@@ -120,18 +120,19 @@ def memfd_bytes(pids: list[int], own_inputs_inode: int | None, seen: set | None 
 def candidate_limit(config: SandboxConfig, reference_peak: int) -> int:
     """Host memory a candidate's side may hold on a task whose reference's side held `reference_peak`:
     never more than the reference's own side may hold (half the host), so a few workers cannot
-    exhaust it."""
+    exhaust it; the floor (`memory_bytes`) included, which on a 24 GiB host was 16 GiB: a candidate
+    held 14.5 GiB beside a compiler of 3 GiB and left the host 8 GiB."""
     scaled = int(config.memory_factor * reference_peak) + config.memory_headroom_bytes
-    return max(config.memory_bytes, min(scaled, reference_limit(config)))
+    return min(max(config.memory_bytes, scaled), reference_limit(config))
 
 
 def reference_limit(config: SandboxConfig) -> int:
     """Host memory the reference's own side may hold: the task's code is trusted, but a broken task
     must still not take the host down."""
     if config.reference_memory_bytes:
-        return max(config.reference_memory_bytes, config.memory_bytes)
+        return config.reference_memory_bytes
     try:
         physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         physical = 0
-    return max(config.memory_bytes, physical // 2)
+    return physical // 2 or config.memory_bytes
