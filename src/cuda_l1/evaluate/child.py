@@ -28,7 +28,7 @@ from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, Loade
                                        Verify, encode)
 from cuda_l1.evaluate.rebinding import rebound, snapshot
 from cuda_l1.evaluate.validate import decode
-from cuda_l1.evaluate.warmup import in_own_arena, no_collection, prewarm, probe_ipc
+from cuda_l1.evaluate.warmup import in_own_arena, prewarm, probe_ipc, window_state
 
 
 def _traceback(exc: BaseException, filename: str) -> str:
@@ -198,7 +198,7 @@ class Side:
             self.kept_previous, self.kept = self.kept, []
             outs, calls, fast, bell = [], [], None, self.bell if msg.go else None
             describer, exports, forward = self.describer, [], _entry(self.model)
-            with torch.no_grad(), no_collection():
+            with window_state():
                 if bell is not None:  # CPU: one call per go, a ring after each (doorbell.py)
                     outs, calls, fast = self._ring_calls(msg, bell, forward)
                     for k in range(msg.rings):  # a null window: the same protocol without calls

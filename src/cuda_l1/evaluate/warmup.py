@@ -1,6 +1,7 @@
 """What a side does before any work arrives: warm the device (so a spare side started ahead is ready
 in milliseconds), fix the host allocator's policy (and keep the oracle's work off the timed calls'
-heap: in_own_arena) and, for its windows, the garbage collector's, and, when probing, exercise CUDA IPC."""
+heap: in_own_arena) and, for its windows, the garbage collector's and the autograd state (window_state), and,
+when probing, exercise CUDA IPC."""
 
 from __future__ import annotations
 
@@ -47,6 +48,18 @@ def no_collection():
     finally:
         if collecting:
             gc.enable()
+
+
+@contextlib.contextmanager
+def window_state():
+    """How a window's calls run, the same on both sides: no gradients, inference mode off, no garbage
+    collection. A candidate that entered inference mode at import and never left it (the mode is per
+    thread, and the main thread runs the windows) ran small forwards 8-10% faster than the same code
+    without it (2-core CPU host). A forward may still enter it itself, as a deployment would."""
+    import torch
+
+    with torch.inference_mode(False), torch.no_grad(), no_collection():
+        yield
 
 
 def in_own_arena(work, *args):
