@@ -220,3 +220,23 @@ def test_the_reference_is_checked_in_the_module_mode_it_is_judged_in(tmp_path):
                  cwd=tmp_path)
     assert judged.returncode == 0, judged.stderr[-2000:]
     assert json.loads(judged.stdout)["status"] == "ok"
+
+
+def test_paths_that_cannot_be_used_and_a_damaged_store_are_one_paragraph(tmp_path):
+    """Each of these ended in a traceback: --out naming a file, a directory where the report writes a
+    file (after the verdicts were stored), a stored verdict cut short."""
+    (tmp_path / "task.py").write_text(GOOD_TASK)
+    (tmp_path / "afile").write_text("")
+    proc = cli("bench", "task.py", "--device", "cpu", "--strategies", "eager", "--no-calibrate",
+               "--out", "afile", cwd=tmp_path)
+    assert_one_paragraph(proc, 2, "afile", "File exists")
+    run = ["bench", "task.py", "--device", "cpu", "--strategies", "eager", "--no-calibrate", "--out", "run"]
+    (tmp_path / "run" / "summary.json").mkdir(parents=True)
+    proc = cli(*run, cwd=tmp_path)
+    assert_one_paragraph(proc, 2, "summary.json", "Is a directory", after_progress=True)
+    with sqlite3.connect(tmp_path / "run" / "history.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 1  # judged and kept
+        conn.execute("UPDATE verdicts SET verdict = '{cut short'")
+    (tmp_path / "run" / "summary.json").rmdir()
+    proc = cli(*run, cwd=tmp_path)
+    assert_one_paragraph(proc, 2, "a stored verdict could not be read", after_progress=True)

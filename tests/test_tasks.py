@@ -165,7 +165,15 @@ def test_empty_directory_and_missing_paths(tmp_path, capsys):
 @pytest.mark.parametrize(
     "line,expected",
     [("{not json", "not valid JSON"), ('{"level_id": 1, "task_id": 2, "ref_code": "x"}', "missing field(s) custom_code"),
-     ('[1, 2]', "JSON object"), ('{"level_id": "a", "task_id": 2, "ref_code": "x", "custom_code": null}', "integers")],
+     ('[1, 2]', "JSON object"), ('{"level_id": "a", "task_id": 2, "ref_code": "x", "custom_code": null}', "integers"),
+     # each of these raised past the loader: OverflowError, ValueError, RecursionError, then SQLite's
+     # OverflowError and UnicodeEncodeError when the record was stored
+     ('{"level_id": 1e999, "task_id": 2, "ref_code": "x", "custom_code": null}', "integers"),
+     ('{"level_id": 1.7, "task_id": 2, "ref_code": "x", "custom_code": null}', "integers"),
+     ('{"level_id": %s, "task_id": 2, "ref_code": "x", "custom_code": null}' % ("9" * 5001), "not a JSON record"),
+     ("[" * 100000 + "]" * 100000, "not a JSON record"),
+     ('{"level_id": %d, "task_id": 2, "ref_code": "x", "custom_code": null}' % 10**30, "integers"),
+     ('{"level_id": 1, "task_id": 2, "ref_code": "x", "custom_code": "y = 1  # \\ud800"}', "lone surrogate")],
 )
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, expected, capsys):
     good = json.dumps({"level_id": 1, "task_id": 1, "ref_code": GOOD, "custom_code": None})

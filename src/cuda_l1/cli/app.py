@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import sqlite3
 import sys
 from typing import Any
 
@@ -88,6 +90,18 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message} {usage}; see '{ctx.command_path} --help'."
 
 
+def os_error_text(exc: OSError) -> str:
+    """What an OSError says about which path, without a traceback: "runs/x/summary.json: Is a directory"."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    what = exc.strerror or str(exc)
+    return f"{where}: {what}" if where else what
+
+
+def unexpected_text(exc: BaseException) -> str:
+    """A failure no check below foresaw, as one paragraph (the traceback with CUDA_L1_TRACEBACK=1)."""
+    return f"unexpected {type(exc).__name__}: {exc} (set CUDA_L1_TRACEBACK=1 to see where it was raised)"
+
+
 def _first_said(group: BaseExceptionGroup) -> UserError | RunError | None:
     """The first UserError or RunError in an exception group (nested groups searched in order)."""
     for exc in group.exceptions:
@@ -112,7 +126,10 @@ def run(argv: list[str] | None = None) -> int:
     except BaseExceptionGroup as group:  # an asyncio TaskGroup's (optimize's loop): bad input said as such
         said = _first_said(group)
         if said is None:
-            raise
+            if os.environ.get("CUDA_L1_TRACEBACK"):
+                raise
+            print_error(unexpected_text(group))
+            return 1
         print_error(str(said))
         return said.exit_code
     except exit_cls as exc:
@@ -129,6 +146,18 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/]")
         return 130
+    except OSError as exc:  # a path that cannot be used (a directory where a file goes, an unreadable file)
+        print_error(os_error_text(exc))
+        return 2
+    except sqlite3.DatabaseError as exc:
+        print_error(f"a history store could not be read or written ({exc}); it may be damaged, or not one "
+                    "that this version writes")
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the last resort: one paragraph, the traceback on request
+        if os.environ.get("CUDA_L1_TRACEBACK"):
+            raise
+        print_error(unexpected_text(exc))
+        return 1
     # Without standalone mode, click returns the code of typer.Exit(code) instead of raising it.
     code = code if isinstance(code, int) and not isinstance(code, bool) else 0
     if code == 130:  # typer's silent Exit(130) for Ctrl-C (no command of ours exits with 130)

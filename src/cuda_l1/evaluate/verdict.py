@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -113,4 +114,13 @@ class Verdict:
 
     @classmethod
     def from_json(cls, text: str) -> "Verdict":
-        return cls.from_dict(json.loads(text))
+        """A stored verdict; DamagedVerdict when the text is not one (a store edited or cut short)."""
+        try:
+            return cls.from_dict(json.loads(text))
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            raise DamagedVerdict(f"a stored verdict could not be read ({type(exc).__name__}: {exc})") from None
+
+
+class DamagedVerdict(sqlite3.DatabaseError):
+    """A verdict in a history store that is not one: the store's contents are damaged (a DatabaseError,
+    which the command line reports as such)."""

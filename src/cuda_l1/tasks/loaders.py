@@ -119,6 +119,23 @@ def _missing_candidate(value) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ("", "None", "null"))
 
 
+def _whole(value):
+    """1, "1" and 1.0 as 1 (what JSON writers produce for an id); 1.7, true, inf and the rest unchanged."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def load_solutions_jsonl(path: str | Path) -> list[SolutionRecord]:
     """Read a JSONL solution set: one JSON object per line with level_id, task_id, ref_code, custom_code."""
     path = Path(path)
@@ -138,6 +155,9 @@ def load_solutions_jsonl(path: str | Path) -> list[SolutionRecord]:
                 path=str(path),
                 line=lineno,
             ) from None
+        except (ValueError, RecursionError) as exc:  # an integer of thousands of digits; nesting too deep
+            raise TaskError(f"not a JSON record this reader takes ({type(exc).__name__}: {exc}).",
+                            path=str(path), line=lineno) from None
         if not isinstance(record, dict):
             raise TaskError("each line must be a JSON object.", path=str(path), line=lineno)
         missing = [k for k in ("level_id", "task_id", "ref_code") if k not in record]
@@ -150,19 +170,22 @@ def load_solutions_jsonl(path: str | Path) -> list[SolutionRecord]:
                 path=str(path),
                 line=lineno,
             )
-        try:
-            level = int(record["level_id"])
-            number = int(record["task_id"])
-        except (TypeError, ValueError):
-            raise TaskError("level_id and task_id must be integers.", path=str(path), line=lineno) from None
+        level, number = _whole(record["level_id"]), _whole(record["task_id"])
+        if not all(type(v) is int and 0 <= v < 2**31 for v in (level, number)):
+            raise TaskError("level_id and task_id must be integers from 0 to 2**31 - 1.", path=str(path),
+                            line=lineno)
         if not isinstance(record["ref_code"], str) or not record["ref_code"].strip():
             raise TaskError("ref_code must be a non-empty string.", path=str(path), line=lineno)
-        origin = f"{path}:{lineno}"
-        name = str(record.get("task_name") or record.get("name") or f"{number}")
-        task = make_task(record["ref_code"], name=name, level=level, origin=origin, number=number)
         candidate = None if _missing_candidate(record["custom_code"]) else record["custom_code"]
         if candidate is not None and not isinstance(candidate, str):
             raise TaskError("custom_code must be a string or null.", path=str(path), line=lineno)
+        for field_name, code in (("ref_code", record["ref_code"]), ("custom_code", candidate)):
+            if code is not None and not code.isascii() and _has_surrogate(code):
+                raise TaskError(f"{field_name} holds a lone surrogate (a \\ud800-style escape): not text that "
+                                "can be stored or compiled.", path=str(path), line=lineno)
+        origin = f"{path}:{lineno}"
+        name = str(record.get("task_name") or record.get("name") or f"{number}").encode("utf-8", "replace").decode()
+        task = make_task(record["ref_code"], name=name, level=level, origin=origin, number=number)
         rest = {k: v for k, v in record.items() if k not in ("ref_code", "custom_code")}
         records.append(SolutionRecord(task=task, candidate=candidate, line=lineno, claims=_claims(record), record=rest))
     if not records:
