@@ -203,7 +203,7 @@ def test_task_follows_the_callers_device_and_seed(key):
     module = load_task_module(task, module_name=f"cuda_l1_builtin_meta_l{task.level}_{task.number}")
     with torch.device("meta"), torch.no_grad():
         model = module.Model(*check_init_args(module.get_init_inputs(), task.origin))
-        inputs = check_forward_args(module.get_inputs(), task.origin)
+        inputs = check_forward_args(module.get_inputs(), task.origin, on_meta=True)
         out = model(*inputs)
     tensors = [*model.parameters(), *model.buffers(), *(x for x in inputs if isinstance(x, torch.Tensor)), out]
     assert all(t.device.type == "meta" for t in tensors), f"{key}: a tensor ignores the device context"

@@ -110,6 +110,14 @@ BROKEN = {
     "init": ("return []", "return [1, 2, 3]", "Model(*get_init_inputs()) raised TypeError"),
     "module": ("import torch.nn as nn", "import torch.nn as nn\nimport no_such_module_here",
                "executing the module raised ModuleNotFoundError"),
+    # each of these ended without a verdict or a message: status 0 and no output (sys.exit), a
+    # traceback (a complex argument sent to a side; a sparse input copied into a slot), or the
+    # candidate blamed ("incorrect") for an output no code could match
+    "exit": ("import torch.nn as nn", "import torch.nn as nn\nimport sys\nsys.exit(0)",
+             "executing the module raised SystemExit"),
+    "complex": ("return [torch.randn(64)]", "return [torch.randn(64), 1j]", "get_inputs()[1] is a complex"),
+    "sparse": ("return [torch.randn(64)]", "return [torch.randn(64).to_sparse()]", "is a sparse_coo tensor"),
+    "output": ("return x * 2", "return (x * 2).to_sparse()", "returned a sparse_coo tensor as output 0"),
 }
 
 

@@ -7,7 +7,6 @@ minimal copy of module loading so that it does not import this package's trusted
 from __future__ import annotations
 
 import linecache
-import numbers
 import sys
 import traceback
 import types
@@ -33,12 +32,20 @@ def load_module(source: str, module_name: str, filename: str) -> types.ModuleTyp
     return module
 
 
+# What the task's own code may raise that is its failure, not the run's: SystemExit too (sys.exit() at
+# import or in get_inputs ended `cuda-l1 eval` with no output and status 0); KeyboardInterrupt stays Ctrl-C.
+TASK_FAILURES = (Exception, SystemExit)
+
+
 def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (numbers.Number, bool, str))
+    """None, bool, int, float or str: what a message can carry (a complex or Decimal argument stopped the
+    parent when it was sent to a side)."""
+    return value is None or type(value) in (bool, int, float, str)
 
 
-def check_forward_args(values: Any, origin: str) -> list:
-    """get_inputs() must return a list (or tuple) of tensors and scalars."""
+def check_forward_args(values: Any, origin: str, on_meta: bool = False) -> list:
+    """get_inputs() must return a list (or tuple) of dense tensors and scalars (`on_meta`: built on the
+    meta device on purpose, to describe shapes)."""
     import torch
 
     if not isinstance(values, (list, tuple)):
@@ -54,6 +61,10 @@ def check_forward_args(values: Any, origin: str) -> list:
                 "scalars (int, float, bool).",
                 path=origin,
             )
+        unusable = _unusable_tensor(value, on_meta) if isinstance(value, torch.Tensor) else ""
+        if unusable:
+            raise TaskError(f"get_inputs()[{index}] is {unusable}; forward arguments must be dense tensors.",
+                            path=origin)
     return list(values)
 
 
@@ -119,7 +130,7 @@ def candidate_traceback(exc: BaseException, filename: str = CANDIDATE_FILENAME, 
 def _call(module: types.ModuleType, name: str, origin: str):
     try:
         return getattr(module, name)()
-    except Exception as exc:  # the task's own code failed: report it as bad input
+    except TASK_FAILURES as exc:  # the task's own code failed: report it as bad input
         raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
@@ -136,7 +147,7 @@ def load_task_module(task: Task, module_name: str = "cuda_l1_task") -> types.Mod
     filename = task_filename(task)
     try:
         return load_module(task.source, module_name, filename)
-    except Exception as exc:
+    except TASK_FAILURES as exc:
         raise TaskError(f"executing the module raised {_where(exc, filename)}", path=filename) from None
 
 
@@ -165,7 +176,7 @@ def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu
                                              "get_init_inputs"), origin)
     try:
         model = inputs_mod.build_model(module.Model, init_args, seed, device, mode)
-    except Exception as exc:
+    except TASK_FAILURES as exc:
         raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
     args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
                                            device), origin)
@@ -174,16 +185,38 @@ def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu
             out = model(*args)
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)  # this worker's GPU, not whichever the thread last used
-    except Exception as exc:
+    except TASK_FAILURES as exc:
         raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
     # Every tensor of the output, nested ones too (an LSTM's (out, (h, c))): the slots are sized on it.
-    return sum(x.numel() * x.element_size() for x in inputs_mod.flatten_outputs(out)[1] if isinstance(x, torch.Tensor))
+    try:
+        leaves = inputs_mod.flatten_outputs(out)[1]
+    except RecursionError:
+        raise TaskError("Model.forward(*get_inputs()) returned a structure nested too deeply to compare",
+                        path=origin) from None
+    for index, leaf in enumerate(leaves):
+        unusable = _unusable_tensor(leaf) if isinstance(leaf, torch.Tensor) else (
+            "" if _is_scalar(leaf) else f"a {type(leaf).__name__}")
+        if unusable:  # no candidate could match it: the task's fault, not the candidate's
+            raise TaskError(f"Model.forward(*get_inputs()) returned {unusable} as output {index}; outputs must be "
+                            "dense tensors with values, or scalars (None, bool, int, float, str)", path=origin)
+    return sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
+
+
+def _unusable_tensor(value, on_meta: bool = False) -> str:
+    """Why a tensor cannot be an argument or an output compared by value ("" when it can)."""
+    import torch
+
+    if value.layout != torch.strided:
+        return f"a {str(value.layout).replace('torch.', '')} tensor"
+    if value.device.type == "meta" and not on_meta:
+        return "a tensor on the meta device (no values)"
+    return ""
 
 
 def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
     try:
         return fn(module, seed, *rest)
-    except Exception as exc:  # the task's own code failed: report it as bad input
+    except TASK_FAILURES as exc:  # the task's own code failed: report it as bad input
         raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
@@ -199,10 +232,10 @@ def describe_task(task: Task, on_meta: bool = False) -> dict:
     torch.manual_seed(0)
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         init_args = check_init_args(_call(module, "get_init_inputs", origin), origin)
-        args = check_forward_args(_call(module, "get_inputs", origin), origin)
+        args = check_forward_args(_call(module, "get_inputs", origin), origin, on_meta)
         try:
             model = module.Model(*init_args)
-        except Exception as exc:
+        except TASK_FAILURES as exc:
             raise TaskError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}", path=origin) from None
 
     def describe(value):
