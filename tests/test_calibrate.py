@@ -144,8 +144,8 @@ def test_the_report_says_what_ran_where_and_when(tmp_path):
 
 
 def test_calibrations_accumulate_and_the_latest_is_read_back(tmp_path):
-    save_calibration(tmp_path, {"kind": "calibration", "n": 1})
-    save_calibration(tmp_path, {"kind": "calibration", "n": 2})
+    save_calibration(tmp_path, {"kind": "calibration", "n": 1, "device": "cpu", "too_noisy": False})
+    save_calibration(tmp_path, {"kind": "calibration", "n": 2, "device": "cpu", "too_noisy": False})
     assert [c["n"] for c in load_calibrations(tmp_path)] == [1, 2]
     (tmp_path / CALIBRATION_NAME).write_text("{not json")
     assert load_calibrations(tmp_path) == []
@@ -164,3 +164,12 @@ def test_calibrate_command_times_the_reference_against_itself(tmp_path):
     assert 0.5 < result["points"][0]["raw_speedup"] < 2.0  # identical code: near 1 even on a busy host
     assert set(result) >= {"too_noisy", "reasons", "band", "raw_median"}
     assert load_calibrations(tmp_path / "run")[-1]["points"] == result["points"]
+
+
+@pytest.mark.parametrize("text", [b'{"checks": [1, 2]}', b'{"checks": 5}', b'{"checks": [{}]}', b"\xff\xfe{", b"{cut"])
+def test_a_calibration_file_that_cannot_be_read_is_set_aside_not_lost(tmp_path, text):
+    """Each raised past the reader (TypeError, KeyError, UnicodeDecodeError), and a new check
+    overwrote a file that could not be parsed."""
+    (tmp_path / CALIBRATION_NAME).write_bytes(text)
+    assert load_calibrations(tmp_path) == []
+    assert (tmp_path / (CALIBRATION_NAME + ".unreadable")).read_bytes() == text

@@ -85,6 +85,14 @@ def test_usage_errors_exit_2_in_one_paragraph(args, needle, tmp_path):
         assert "--help" in proc.stderr  # where to look next
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["audit", "set.jsonl", "--hold", "nan"], "--hold takes a fraction"),  # -1 made every claim hold
+    (["optimize", "builtin", "--base-url", "http://host:abc/v1", "--model", "m"], "not a usable URL"),  # a traceback
+])
+def test_values_out_of_range_are_bad_input(args, needle, tmp_path):
+    assert_one_paragraph(cli(*args, cwd=tmp_path), 2, needle)
+
+
 def test_help_and_version_exit_0_without_type_placeholders():
     proc = cli("report", "--help")
     assert proc.returncode == 0, proc.stderr

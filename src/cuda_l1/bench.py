@@ -78,7 +78,12 @@ def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
         task = by_name.get(file.stem)
         if task is None:
             raise UserError(f"no task named {file.stem!r} among the tasks given with --tasks.", path=str(file))
-        out.append(Candidate(task, file.read_text(encoding="utf-8"), {"kind": "import"}, "import"))
+        try:
+            source = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+            raise UserError(f"the candidate cannot be read: {reason}.", path=str(file)) from None
+        out.append(Candidate(task, source, {"kind": "import"}, "import"))
     if not out:
         raise UserError("no candidate .py files found.", path=path)
     return out

@@ -14,6 +14,7 @@ in summary.json, report.html and on the console, never silently published.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -198,8 +199,26 @@ def save_calibration(out_dir: str | Path, result: dict) -> Path:
 
 
 def load_calibrations(out_dir: str | Path) -> list[dict]:
+    """The run directory's noise checks. A file that holds none this version can read (cut short, edited,
+    not UTF-8, a directory in its place) is set aside as calibration.json.unreadable, not overwritten
+    by the next check, and the run goes on as if it had none."""
     path = Path(out_dir) / CALIBRATION_NAME
     try:
-        return list(json.loads(path.read_text(encoding="utf-8")).get("checks", []))
-    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        checks = json.loads(path.read_text(encoding="utf-8")).get("checks", [])
+        if not isinstance(checks, list) or not all(map(_readable_check, checks)):
+            raise ValueError("not a list of noise checks")
+        return checks
+    except FileNotFoundError:
         return []
+    except (OSError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError and JSON's are ValueErrors
+        with contextlib.suppress(OSError):
+            path.replace(path.with_name(path.name + ".unreadable"))
+        return []
+
+
+def _readable_check(check) -> bool:
+    try:
+        return (isinstance(check["device"], str) and isinstance(check["kind"], str)
+                and isinstance(check["too_noisy"], bool) and isinstance(verdict_text(check), str))
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError):
+        return False

@@ -143,6 +143,8 @@ def audit_command(
 
     if not solutions.endswith(".jsonl"):
         raise UserError("audit reads a .jsonl solution set.", path=solutions)
+    if not 0 < hold <= 1:  # nan fails this too; -1 made every claim hold
+        raise UserError(f"--hold takes a fraction above 0 and at most 1 (got {hold}).")
     target, statuses = parse_device(device, cluster), options.parse_statuses(rejudge)
     imported = read_imported(verdicts_from)
     config = eval_config(target, tolerance, quick, timeout=timeout, module_mode=module_mode)

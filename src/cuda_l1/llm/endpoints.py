@@ -26,6 +26,7 @@ import json
 import math
 import os
 import tomllib
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,16 @@ def _problems(cfg: EndpointConfig) -> list[str]:
         return out
     if not cfg.base_url.startswith(("http://", "https://")):
         out.append(f"`base_url` must start with http:// or https://, got {cfg.base_url!r}")
+    else:
+        try:
+            parsed = urllib.parse.urlsplit(cfg.base_url)
+            parsed.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+            if not parsed.hostname:
+                raise ValueError("no host")
+        except ValueError as exc:
+            out.append(f"`base_url` is not a usable URL ({exc}): {cfg.base_url!r}")
+    if _not_finite(cfg.extra_body):
+        out.append("`extra_body` must hold finite numbers only (JSON has no inf or nan)")
     if not cfg.model.strip():
         out.append("`model` must not be empty")
     if not cfg.api_key_env.strip():
@@ -159,6 +170,19 @@ def endpoint_from_flags(
     return endpoint_from_dict({"base_url": base_url, "model": model, "api_key_env": api_key_env, **settings})
 
 
+def _not_finite(value, depth: int = 0) -> bool:
+    """Whether a number in `value` (nested dicts and lists) is inf or nan, or it nests past 32 levels."""
+    if depth > 32:
+        return True
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_not_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_not_finite(v, depth + 1) for v in value)
+    return False
+
+
 def load_endpoints(path: str | Path) -> list[EndpointConfig]:
     """Read and validate an endpoint list from a `.toml` or `.json` file.
 
@@ -171,6 +195,8 @@ def load_endpoints(path: str | Path) -> list[EndpointConfig]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read endpoint config: {exc.strerror or exc}", path=where) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"endpoint config is not UTF-8 text ({exc.reason} at byte {exc.start})", path=where) from None
     raw = _parse(text, path)
     items = raw.get("endpoints") if isinstance(raw, dict) else raw
     if isinstance(raw, dict):
@@ -200,9 +226,13 @@ def _parse(text: str, path: Path) -> Any:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"malformed TOML: {exc}", path=str(path)) from None
+        except RecursionError:
+            raise UserError("malformed TOML: nested too deeply", path=str(path)) from None
     if suffix == ".json":
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"malformed JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+        except (ValueError, RecursionError) as exc:  # an integer of thousands of digits; nesting too deep
+            raise UserError(f"malformed JSON: {type(exc).__name__}: {exc}", path=str(path)) from None
     raise UserError("endpoint config must be a .toml or .json file", path=str(path))

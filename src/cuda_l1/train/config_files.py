@@ -85,17 +85,23 @@ def read_table(path: str | Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read the config: {exc.strerror or exc}.", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"the config is not UTF-8 text ({exc.reason} at byte {exc.start}).", path=str(path)) from None
     suffix = path.suffix.lower()
     if suffix == ".toml":
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"malformed TOML: {exc}.", path=str(path)) from None
+        except RecursionError:
+            raise UserError("malformed TOML: nested too deeply.", path=str(path)) from None
     elif suffix == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"malformed JSON: {exc.msg}.", path=str(path), line=exc.lineno) from None
+        except (ValueError, RecursionError) as exc:  # an integer of thousands of digits; nesting too deep
+            raise UserError(f"malformed JSON: {type(exc).__name__}: {exc}.", path=str(path)) from None
     else:
         raise UserError("a stage config is a .toml or .json file.", path=str(path))
     if not isinstance(data, dict):
