@@ -186,8 +186,9 @@ def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, expected, capsys):
 
 def test_levels_flag_validation():
     assert parse_levels("1,3") == {1, 3} and parse_levels(None) is None
-    with pytest.raises(UserError):
-        parse_levels("one")
+    for text in ("one", ",,,"):  # ",,," meant every level
+        with pytest.raises(UserError):
+            parse_levels(text)
 
 
 def test_cli_list_json_and_show():

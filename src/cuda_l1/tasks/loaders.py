@@ -200,8 +200,10 @@ def parse_levels(text: str | None) -> set[int] | None:
     try:
         levels = {int(part) for part in text.replace(" ", "").split(",") if part}
     except ValueError:
+        levels = set()
+    if not levels:  # ",,," meant every level
         raise UserError(f"--levels takes comma-separated integers such as 1,2 (got {text!r}).") from None
-    return levels or None
+    return levels
 
 
 def _dedupe(tasks: Iterable[Task]) -> list[Task]:
