@@ -507,4 +507,5 @@ def test_a_jailed_compiler_is_taken_before_the_evaluator_on_a_host_out_of_memory
 
     cmd = jailed(["cat", "/proc/self/oom_score_adj"], tmp_path, {})
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert out.returncode == 0 and out.stdout.strip() == "500", (out.stdout, out.stderr)
+    ours = int(open("/proc/self/oom_score_adj").read())
+    assert out.returncode == 0 and int(out.stdout) == max(ours, 500), (out.stdout, out.stderr)

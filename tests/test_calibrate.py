@@ -144,8 +144,10 @@ def test_the_report_says_what_ran_where_and_when(tmp_path):
 
 
 def test_calibrations_accumulate_and_the_latest_is_read_back(tmp_path):
-    save_calibration(tmp_path, {"kind": "calibration", "n": 1, "device": "cpu", "too_noisy": False})
-    save_calibration(tmp_path, {"kind": "calibration", "n": 2, "device": "cpu", "too_noisy": False})
+    check = {"kind": "calibration", "what": "identical code", "device": "cpu", "too_noisy": False, "n_ok": 0,
+             "band": 0.05, "n_outside_band": 0, "n_scored_off": 0}
+    save_calibration(tmp_path, {**check, "n": 1})
+    save_calibration(tmp_path, {**check, "n": 2})
     assert [c["n"] for c in load_calibrations(tmp_path)] == [1, 2]
     (tmp_path / CALIBRATION_NAME).write_text("{not json")
     assert load_calibrations(tmp_path) == []
@@ -173,3 +175,6 @@ def test_a_calibration_file_that_cannot_be_read_is_set_aside_not_lost(tmp_path, 
     (tmp_path / CALIBRATION_NAME).write_bytes(text)
     assert load_calibrations(tmp_path) == []
     assert (tmp_path / (CALIBRATION_NAME + ".unreadable")).read_bytes() == text
+    (tmp_path / CALIBRATION_NAME).write_bytes(text + b" again")  # a second one does not replace the first
+    assert load_calibrations(tmp_path) == []
+    assert (tmp_path / (CALIBRATION_NAME + ".unreadable.2")).read_bytes() == text + b" again"

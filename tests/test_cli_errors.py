@@ -86,7 +86,8 @@ def test_usage_errors_exit_2_in_one_paragraph(args, needle, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["audit", "set.jsonl", "--hold", "nan"], "--hold takes a fraction"),  # -1 made every claim hold
+    (["audit", "set.jsonl", "--hold", "nan"], "--hold takes a fraction"),
+    (["audit", "set.jsonl", "--hold", "-1"], "--hold takes a fraction"),  # every claim held
     (["optimize", "builtin", "--base-url", "http://host:abc/v1", "--model", "m"], "not a usable URL"),  # a traceback
 ])
 def test_values_out_of_range_are_bad_input(args, needle, tmp_path):

@@ -208,17 +208,27 @@ def load_calibrations(out_dir: str | Path) -> list[dict]:
         if not isinstance(checks, list) or not all(map(_readable_check, checks)):
             raise ValueError("not a list of noise checks")
         return checks
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):  # none, or not this user's to read: nothing moved
         return []
-    except (OSError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError and JSON's are ValueErrors
+    except (IsADirectoryError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError, JSON's too
+        aside = path.with_name(f"{path.name}.unreadable")
+        for n in range(2, 1000):  # an earlier one set aside stays too
+            if not aside.exists():
+                break
+            aside = path.with_name(f"{path.name}.unreadable.{n}")
         with contextlib.suppress(OSError):
-            path.replace(path.with_name(path.name + ".unreadable"))
+            path.replace(aside)
         return []
+
+
+# What the bench summary, the report's table and verdict_text read from a check.
+_CHECK_FIELDS = {"device": str, "kind": str, "what": str, "too_noisy": bool, "n": int, "n_ok": int,
+                 "band": (int, float), "n_outside_band": int, "n_scored_off": int}
 
 
 def _readable_check(check) -> bool:
     try:
-        return (isinstance(check["device"], str) and isinstance(check["kind"], str)
-                and isinstance(check["too_noisy"], bool) and isinstance(verdict_text(check), str))
+        return (all(isinstance(check[k], t) for k, t in _CHECK_FIELDS.items())
+                and isinstance(verdict_text(check), str))
     except (TypeError, KeyError, ValueError, AttributeError, IndexError):
         return False

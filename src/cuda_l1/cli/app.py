@@ -2,11 +2,14 @@
 
 Bad input raises UserError somewhere below, and usage errors (an unknown command or option, a missing
 argument, a value of the wrong type) come from typer's parser; both become one paragraph on stderr and
-exit code 2, never a traceback. A run that could not do its work raises RunError: exit code 1.
+exit code 2, never a traceback. A run that could not do its work raises RunError: exit code 1. What no check
+foresaw is still one paragraph (`_unforeseen`): a path that cannot be used or a damaged history store
+exits 2, anything else 1; CUDA_L1_TRACEBACK=1 shows the traceback instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -97,9 +100,34 @@ def os_error_text(exc: OSError) -> str:
     return f"{where}: {what}" if where else what
 
 
-def unexpected_text(exc: BaseException) -> str:
-    """A failure no check below foresaw, as one paragraph (the traceback with CUDA_L1_TRACEBACK=1)."""
-    return f"unexpected {type(exc).__name__}: {exc} (set CUDA_L1_TRACEBACK=1 to see where it was raised)"
+def _unforeseen(exc: BaseException) -> int:
+    """A failure that no check below turned into a UserError or RunError, as one paragraph and an exit
+    code: a path that cannot be used (2), a history store that is busy (1) or damaged (2), anything
+    else (1). CUDA_L1_TRACEBACK=1 shows the traceback instead."""
+    if os.environ.get("CUDA_L1_TRACEBACK"):
+        raise exc
+    if isinstance(exc, BrokenPipeError):  # `cuda-l1 ... --json | head`: the reader left, nothing to say
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    if isinstance(exc, OSError) and exc.filename is not None:  # a directory where a file goes, an unreadable file
+        print_error(os_error_text(exc))
+        return 2
+    if isinstance(exc, sqlite3.OperationalError) and any(w in str(exc) for w in ("locked", "busy")):
+        print_error(f"a history store is busy ({exc}): another process is writing it; try again")
+        return 1
+    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
+        print_error(f"a history store could not be read or written ({exc}); it may be damaged, or not one "
+                    "that this version writes")
+        return 2
+    print_error(f"unexpected {type(exc).__name__}: {exc or '(no message)'} (set CUDA_L1_TRACEBACK=1 to see "
+                "where it was raised)")
+    return 1
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _first_said(group: BaseExceptionGroup) -> UserError | RunError | None:
@@ -125,13 +153,12 @@ def run(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except BaseExceptionGroup as group:  # an asyncio TaskGroup's (optimize's loop): bad input said as such
         said = _first_said(group)
-        if said is None:
-            if os.environ.get("CUDA_L1_TRACEBACK"):
-                raise
-            print_error(unexpected_text(group))
-            return 1
-        print_error(str(said))
-        return said.exit_code
+        if said is not None:
+            print_error(str(said))
+            return said.exit_code
+        if not isinstance(group, ExceptionGroup):  # a KeyboardInterrupt or SystemExit inside: theirs to end
+            raise
+        return _unforeseen(_first_leaf(group))
     except exit_cls as exc:
         return exc.exit_code
     except abort_cls:
@@ -146,18 +173,8 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/]")
         return 130
-    except OSError as exc:  # a path that cannot be used (a directory where a file goes, an unreadable file)
-        print_error(os_error_text(exc))
-        return 2
-    except sqlite3.DatabaseError as exc:
-        print_error(f"a history store could not be read or written ({exc}); it may be damaged, or not one "
-                    "that this version writes")
-        return 2
-    except Exception as exc:  # noqa: BLE001 - the last resort: one paragraph, the traceback on request
-        if os.environ.get("CUDA_L1_TRACEBACK"):
-            raise
-        print_error(unexpected_text(exc))
-        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one paragraph, never a traceback
+        return _unforeseen(exc)
     # Without standalone mode, click returns the code of typer.Exit(code) instead of raising it.
     code = code if isinstance(code, int) and not isinstance(code, bool) else 0
     if code == 130:  # typer's silent Exit(130) for Ctrl-C (no command of ours exits with 130)

@@ -20,9 +20,9 @@ class SandboxConfig:
     seccomp: bool = setting(True, "refuse scheduling, affinity, ptrace and namespace system calls")
     drop_identity: bool = setting(True, "an unprivileged uid where possible, else uid 0 without capabilities")
     cgroup: bool = setting(True, "a cgroup v2 of its own (atomic freezing, CPU accounting) where one can be made")
-    memory_bytes: int = setting(16 * 2**30, "host memory a candidate's side may always hold (resident, tmpfs, memfd; "
-                                "not page cache); more on tasks whose reference holds more; never more "
-                                "than the reference's side may hold")
+    memory_bytes: int = setting(16 * 2**30, "host memory a candidate's side may hold on any task (resident, tmpfs, "
+                                "memfd; not page cache) where the reference's side may hold as much; more on "
+                                "tasks whose reference holds more")
     memory_factor: float = setting(2.0, "a candidate may hold this many times the reference's peak host memory...")
     memory_headroom_bytes: int = setting(4 * 2**30, "... plus this much (compilers, a copy of the weights)")
     reference_memory_bytes: int | None = setting(None, "host memory the reference's own side may hold (None: half "

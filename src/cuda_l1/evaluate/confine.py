@@ -76,8 +76,8 @@ class ConfinePlan:
     cgroup_procs: str = ""  # the side's own cgroup (its cgroup.procs file): joined before anything else
     # The host's OOM killer takes a side before anything else (the evaluator, a compiler, the host's own
     # processes): it picks by resident memory, and a side can hold memory that no resident set shows
-    # (a memfd written, never mapped). Written with CAP_SYS_RESOURCE, the score is also the least the
-    # side may set later; without it (some containers), the side could lower it again.
+    # (a memfd written, never mapped). Written with CAP_SYS_RESOURCE in the host's user namespace, the
+    # score is also the least the side may set later; elsewhere (some containers) the side could lower it.
     oom_score_adj: int = 1000
 
 
@@ -175,6 +175,16 @@ def _clear_capability_sets() -> bool:
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = (ctypes.c_uint32 * 6)()
     return _lib().capset(header, data) == 0
+
+
+def _initial_user_namespace() -> bool:
+    """Whether this process is in the host's own user namespace: a capability held in another one (a
+    rootless container) does not make the kernel keep the OOM score as a floor."""
+    try:
+        with open("/proc/self/uid_map") as fh:
+            return fh.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
 
 
 def effective_capabilities() -> int:
@@ -304,7 +314,7 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
     try:
         with open("/proc/self/oom_score_adj", "w") as fh:
             fh.write(str(plan.oom_score_adj))
-        locked = effective_capabilities() & (1 << _CAP_SYS_RESOURCE)
+        locked = effective_capabilities() & (1 << _CAP_SYS_RESOURCE) and _initial_user_namespace()
         notes["oom_score_adj"] = f"{plan.oom_score_adj}{'' if locked else ' (not locked: no CAP_SYS_RESOURCE)'}"
     except OSError as exc:
         notes["oom_score_adj"] = f"not enforced: {exc.strerror}"

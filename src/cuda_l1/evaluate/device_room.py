@@ -30,11 +30,11 @@ HEADROOM_BYTES = 2 << 30  # the sides' own contexts and the caching allocators' 
 def task_bytes(source: str) -> int:
     """Device bytes an evaluation of the task with this source is expected to hold (0 when its
     shapes cannot be found on torch's meta device: such a task is not held back)."""
-    from cuda_l1.tasks.runtime import meta_footprint
+    from cuda_l1.tasks.runtime import TASK_FAILURES, meta_footprint
 
     try:
         footprint = meta_footprint(source)
-    except Exception:  # noqa: BLE001 - an estimate only: data-dependent shapes, explicit devices
+    except TASK_FAILURES:  # an estimate only: data-dependent shapes, explicit devices, a task's sys.exit()
         return 0
     return INPUT_COPIES * footprint["input_bytes"] + OUTPUT_COPIES * footprint["output_bytes"]
 

@@ -7,8 +7,10 @@ tasks whose reference was fine. Virtual reservations are not either (CUDA reserv
 
 The limit comes from the task: the reference's own side is measured after it loads and during its
 first windows, and a candidate may hold `memory_factor` times that plus `memory_headroom_bytes`
-(compilers, a second copy of the weights), never less than `memory_bytes`. A task with 8 GiB inputs
-gets a limit that fits them; a small task keeps the floor, so a runaway candidate still ends early.
+(compilers, a second copy of the weights), never less than `memory_bytes` and never more than the
+reference's own side may hold (half the host, unless `reference_memory_bytes` says otherwise). A task
+with 8 GiB inputs gets a limit that fits them; a small task keeps the floor, so a runaway candidate
+still ends early.
 """
 
 from __future__ import annotations

@@ -53,8 +53,10 @@ class Completion:
     def __post_init__(self):
         # JSON may carry a lone surrogate ("\ud800"): Python keeps it in a str, but no UTF-8 store can
         # hold it, so it would fail where the completion is recorded. It becomes "?" here.
-        if isinstance(self.text, str):
-            object.__setattr__(self, "text", self.text.encode("utf-8", "replace").decode("utf-8"))
+        for name in ("text", "model", "finish_reason", "error"):  # every string the server's JSON decides
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.isascii():
+                object.__setattr__(self, name, value.encode("utf-8", "replace").decode("utf-8"))
 
     @property
     def ok(self) -> bool:

@@ -92,6 +92,8 @@ def read_verdicts(path: str | Path, mark: bool = True) -> dict[Key, Verdict]:
                 raise ValueError("verdict is not an object")
             verdict = Verdict.from_dict(record["verdict"])
             _check_verdict(verdict, key)
+            if not line.isascii():  # JSON's "\ud800" is a str no store or report can write (UnicodeEncodeError)
+                json.dumps(record, ensure_ascii=False).encode("utf-8")
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise UserError(f"line {number} is not a verdict record ({str(exc)[:200]}); the file is written by "
                             "bench, audit and report as verdicts.jsonl.", path=str(path)) from None

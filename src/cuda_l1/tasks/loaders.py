@@ -121,7 +121,7 @@ def _missing_candidate(value) -> bool:
 
 def _whole(value):
     """1, "1" and 1.0 as 1 (what JSON writers produce for an id); 1.7, true, inf and the rest unchanged."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdecimal() and value.isascii() and len(value) <= 12:
         return int(value)
     if type(value) is float and value.is_integer():
         return int(value)

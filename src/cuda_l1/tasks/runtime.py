@@ -7,6 +7,7 @@ minimal copy of module loading so that it does not import this package's trusted
 from __future__ import annotations
 
 import linecache
+import numbers
 import sys
 import traceback
 import types
@@ -38,9 +39,16 @@ TASK_FAILURES = (Exception, SystemExit)
 
 
 def _is_scalar(value: Any) -> bool:
-    """None, bool, int, float or str: what a message can carry (a complex or Decimal argument stopped the
-    parent when it was sent to a side)."""
-    return value is None or type(value) in (bool, int, float, str)
+    """A constructor argument: any number (numpy's too), a string or None. These never leave the process
+    that builds the model (each side rebuilds them from the task's source)."""
+    return value is None or isinstance(value, (numbers.Number, bool, str))
+
+
+def _is_wire_scalar(value: Any) -> bool:
+    """A forward argument or output that is not a tensor: None, bool, int, float (numpy's float64 is one)
+    or str, what a message between the sides can carry; a complex, Decimal or numpy integer stopped the
+    parent when it was sent."""
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def check_forward_args(values: Any, origin: str, on_meta: bool = False) -> list:
@@ -55,7 +63,7 @@ def check_forward_args(values: Any, origin: str, on_meta: bool = False) -> list:
             path=origin,
         )
     for index, value in enumerate(values):
-        if not (isinstance(value, torch.Tensor) or _is_scalar(value)):
+        if not (isinstance(value, torch.Tensor) or _is_wire_scalar(value)):
             raise TaskError(
                 f"get_inputs()[{index}] is a {type(value).__name__}; forward arguments must be tensors or "
                 "scalars (int, float, bool).",
@@ -195,7 +203,7 @@ def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu
                         path=origin) from None
     for index, leaf in enumerate(leaves):
         unusable = _unusable_tensor(leaf) if isinstance(leaf, torch.Tensor) else (
-            "" if _is_scalar(leaf) else f"a {type(leaf).__name__}")
+            "" if _is_wire_scalar(leaf) else f"a {type(leaf).__name__}")
         if unusable:  # no candidate could match it: the task's fault, not the candidate's
             raise TaskError(f"Model.forward(*get_inputs()) returned {unusable} as output {index}; outputs must be "
                             "dense tensors with values, or scalars (None, bool, int, float, str)", path=origin)

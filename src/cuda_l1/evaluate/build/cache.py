@@ -215,5 +215,6 @@ def build_extension(spec: ExtensionSpec, config: BuildConfig | None = None,
             size = 0
         meta["bytes"] = size + len(outcome.log) + 4096  # about: with build.log and meta.json
         entry = cache.publish(key, workdir, meta, outcome.log)
-        cache_limits.note_published(cache.root, meta["bytes"], config.cache_max_bytes, keep=key)
+        with contextlib.suppress(OSError):  # the bookkeeping never fails a build that is published
+            cache_limits.note_published(cache.root, meta["bytes"], config.cache_max_bytes, keep=key)
         return _result(key, meta, entry, False, 0.0)

@@ -103,9 +103,8 @@ def _trim(root: Path, max_bytes: int, keep: str) -> tuple[list[str], int]:
 
 def note_published(root: Path, added_bytes: int, max_bytes: int, keep: str) -> list[str]:
     """An entry of `added_bytes` was just published as `keep`: add it to the running total and trim
-    the cache to `LOW_WATER` of `max_bytes` once the total passes `max_bytes`. Returns the keys removed."""
-    if not max_bytes:
-        return []
+    the cache to `LOW_WATER` of `max_bytes` once the total passes `max_bytes` (0: no limit, the total
+    still kept, so that a later process with a limit reads a true one). Returns the keys removed."""
     locks = root / "locks"
     locks.mkdir(exist_ok=True)
     with open(locks / "usage.lock", "a") as fh:
@@ -114,7 +113,7 @@ def note_published(root: Path, added_bytes: int, max_bytes: int, keep: str) -> l
             total = _read_total(root)
             total = _trim(root, 0, keep)[1] if total is None else total + added_bytes
             removed = []
-            if total > max_bytes:
+            if max_bytes and total > max_bytes:
                 removed, total = _trim(root, int(max_bytes * LOW_WATER), keep)
             _write_total(root, total)
             return removed

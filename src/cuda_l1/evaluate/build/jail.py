@@ -34,11 +34,15 @@ def main(argv: list[str] | None = None) -> None:
     if not command:
         parser.error("no command given")
     # A compiler runs what a candidate's source asks of it: on a host out of memory, the kernel takes it
-    # before the evaluator (the sides, at 1000, go first; confine.ConfinePlan.oom_score_adj). Set before
-    # Landlock, which keeps /proc/self from the command.
-    with contextlib.suppress(OSError):
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write("500")
+    # before the evaluator (the sides, at 1000, go first; confine.ConfinePlan.oom_score_adj), and never
+    # after it (an evaluator already above 500, a container's own score, keeps its compilers above it
+    # too). Set before Landlock, which keeps /proc/self from the command.
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/oom_score_adj") as fh:
+            current = int(fh.read())
+        if current < 500:
+            with open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write("500")
     from cuda_l1.evaluate import landlock
 
     ok, note = landlock.apply_landlock(landlock.default_read_paths(args.read + args.write),
