@@ -17,6 +17,7 @@ from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, 
                                        BuildReply, BuildRequest, Bye, CallOutputs, CallToVerify, Confined, LeafRef,
                                        LeafSpec, LeafVerdict, Loaded, MapInputs, Mapped, Oracle, Oracled, ProtocolError,
                                        Ran, Release, Run, Setup, Verified, Verify)
+from cuda_l1.text import encodable
 
 _HANDLE = re.compile(f"[0-9a-f]{{{HANDLE_HEX}}}")
 
@@ -53,13 +54,7 @@ def _bool(v, name) -> bool:
 def _str(v, name, limit=MAX_TEXT) -> str:
     if type(v) is not str:
         raise ProtocolError(f"{name}: expected a string")
-    return _encodable(v[:limit])
-
-
-def _encodable(v: str) -> str:
-    """JSON lets a side send a lone surrogate ("\\ud800"): a str that no UTF-8 encoder takes, which would
-    stop whatever prints or stores it. Each one becomes '?'."""
-    return v if v.isascii() else v.encode("utf-8", "replace").decode("utf-8")
+    return encodable(v[:limit])
 
 
 def _list(v, name, limit) -> list:
@@ -75,7 +70,7 @@ def _strs(v, name, limit=64) -> list[str]:
 def _scalar(v, name):
     """A JSON scalar: what a non-tensor output or input may be."""
     if v is None or type(v) in (bool, int, str):
-        return v if type(v) is not str else _encodable(v[:300])
+        return v if type(v) is not str else encodable(v[:300])
     if type(v) is float:
         return v  # NaN/inf allowed: a scalar output may legitimately be one
     raise ProtocolError(f"{name}: expected a scalar")
@@ -86,7 +81,7 @@ def _structure(v, depth=0):
     if depth > 8:
         raise ProtocolError("structure: nested too deeply")
     if type(v) is str:
-        return _encodable(v[:100])
+        return encodable(v[:100])
     if type(v) is dict and set(v) == {"seq", "items"}:
         return {"seq": _str(v["seq"], "structure", 20),
                 "items": [_structure(x, depth + 1) for x in _list(v["items"], "structure", MAX_LEAVES)]}

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 import openai
 
 from cuda_l1.llm.endpoints import PLACEHOLDER_API_KEY, EndpointConfig
+from cuda_l1.text import encodable
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ class Completion:
         # hold it, so it would fail where the completion is recorded. It becomes "?" here.
         for name in ("text", "model", "finish_reason", "error"):  # every string the server's JSON decides
             value = getattr(self, name)
-            if isinstance(value, str) and not value.isascii():
-                object.__setattr__(self, name, value.encode("utf-8", "replace").decode("utf-8"))
+            if isinstance(value, str):
+                object.__setattr__(self, name, encodable(value))
 
     @property
     def ok(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Iterable
 from cuda_l1.errors import TaskError, UserError
 from cuda_l1.tasks.sizes import CPU, SIZES, gpu_sizes, sized
 from cuda_l1.tasks.task import Task, make_task, number_from_name
+from cuda_l1.text import encodable, has_surrogate
 
 _LEVEL_DIR = re.compile(r"^level_?(\d+)$", re.IGNORECASE)
 BUILTIN = "builtin"
@@ -128,14 +129,6 @@ def _whole(value):
     return value
 
 
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def load_solutions_jsonl(path: str | Path) -> list[SolutionRecord]:
     """Read a JSONL solution set: one JSON object per line with level_id, task_id, ref_code, custom_code."""
     path = Path(path)
@@ -180,11 +173,11 @@ def load_solutions_jsonl(path: str | Path) -> list[SolutionRecord]:
         if candidate is not None and not isinstance(candidate, str):
             raise TaskError("custom_code must be a string or null.", path=str(path), line=lineno)
         for field_name, code in (("ref_code", record["ref_code"]), ("custom_code", candidate)):
-            if code is not None and not code.isascii() and _has_surrogate(code):
+            if code is not None and has_surrogate(code):
                 raise TaskError(f"{field_name} holds a lone surrogate (a \\ud800-style escape): not text that "
                                 "can be stored or compiled.", path=str(path), line=lineno)
         origin = f"{path}:{lineno}"
-        name = str(record.get("task_name") or record.get("name") or f"{number}").encode("utf-8", "replace").decode()
+        name = encodable(str(record.get("task_name") or record.get("name") or f"{number}"))
         task = make_task(record["ref_code"], name=name, level=level, origin=origin, number=number)
         rest = {k: v for k, v in record.items() if k not in ("ref_code", "custom_code")}
         records.append(SolutionRecord(task=task, candidate=candidate, line=lineno, claims=_claims(record), record=rest))
