@@ -5,6 +5,7 @@ written to the host's disk, and closing never waits on a process that keeps the 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -74,14 +75,17 @@ def test_close_does_not_wait_for_a_process_that_keeps_the_pipe():
 
 
 def _disk_bytes(root: Path) -> int:
+    """Bytes on disk under root. os.walk skips a directory removed mid-walk (a side's scratch goes away
+    while this watches), where Path.rglob raises."""
     total = 0
-    for path in root.rglob("*"):
-        try:
-            st = path.lstat()
-        except OSError:
-            continue
-        if path.is_file() and not path.is_symlink():
-            total += st.st_blocks * 512
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_blocks * 512
     return total
 
 
