@@ -89,6 +89,10 @@ def test_usage_errors_exit_2_in_one_paragraph(args, needle, tmp_path):
     (["audit", "set.jsonl", "--hold", "nan"], "--hold takes a fraction"),
     (["audit", "set.jsonl", "--hold", "-1"], "--hold takes a fraction"),  # every claim held
     (["optimize", "builtin", "--base-url", "http://host:abc/v1", "--model", "m"], "not a usable URL"),  # a traceback
+    # --tasks with a task source was silently ignored; a missing one was blamed on SOURCE
+    (["bench", "builtin", "--tasks", "builtin", "--strategies", "eager"], "--tasks goes with a directory"),
+    (["bench", "set.jsonl", "--tasks", "builtin"], "--tasks goes with a directory"),
+    (["bench", ".", "--tasks", "nosuch", "--strategies", "eager"], "--tasks nosuch: no such file"),
 ])
 def test_values_out_of_range_are_bad_input(args, needle, tmp_path):
     assert_one_paragraph(cli(*args, cwd=tmp_path), 2, needle)

@@ -97,3 +97,21 @@ def test_gpus_are_counted_without_importing_torch_and_as_torch_counts_them():
     ours, after = out.stdout.split("\n")[:2]
     count, imported = ours.split()
     assert imported == "False" and int(count) == int(after)
+
+
+def test_workers_beyond_the_hosts_gpus_or_cores_are_cut_with_a_note(gpus, monkeypatch, capsys):
+    """--workers 64 on a 2-core host started 64 CPU workers, each timing on a shared core."""
+    from cuda_l1.evaluate import worker_slots
+
+    monkeypatch.setattr(worker_slots, "usable_cores", lambda: 2)
+    gpus(0)
+    assert worker_slots.worker_devices("cpu", None) == ["cpu"]
+    assert worker_slots.worker_devices("cpu", 2) == ["cpu", "cpu"] and not capsys.readouterr().err
+    assert worker_slots.worker_devices("cpu", 64) == ["cpu", "cpu"]
+    assert "--workers 64 is more than 2 usable core(s)" in capsys.readouterr().err
+    gpus(2)
+    assert worker_slots.worker_devices("cuda", None) == ["cuda:0", "cuda:1"]
+    assert worker_slots.worker_devices("cuda", 3) == ["cuda:0", "cuda:1"]
+    assert "--workers 3 is more than 2 visible GPU(s)" in capsys.readouterr().err
+    assert worker_slots.worker_devices("cuda:1", 2) == ["cuda:1"]
+    assert "starting 1" in capsys.readouterr().err

@@ -70,6 +70,19 @@ def candidates_from_jsonl(path: str) -> tuple[list[Candidate], list[dict]]:
     return candidates, missing
 
 
+def check_tasks_option(source: str, tasks_source: str | None) -> None:
+    """--tasks names the tasks of a folder of candidate files and nothing else: given with a task source
+    or a solution set (which holds its own references) it was silently ignored."""
+    if tasks_source is None:
+        return
+    if source.endswith(".jsonl") or not Path(source).is_dir():
+        raise UserError(f"--tasks goes with a directory of candidate files; {source!r} is not one (a task "
+                        "source or a .jsonl solution set brings its own tasks: leave --tasks out).")
+    if tasks_source != "builtin" and not tasks_source.startswith("builtin:") and not Path(tasks_source).exists():
+        raise UserError(f"--tasks {tasks_source}: no such file or directory (it takes 'builtin', a "
+                        "KernelBench-layout directory or a task .py file).")
+
+
 def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
     """A folder of candidate files named like the tasks they solve (`19_ReLU.py` for task 19_ReLU)."""
     by_name = {t.name: t for t in tasks}
@@ -265,6 +278,7 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     `imported`: verdicts read from a verdicts file (read_imported), taken for the programs they match."""
     device = as_device(device, cluster)
     config = dataclasses.replace(config, device=str(device))
+    check_tasks_option(source, tasks_source)
     source, tasks_source = for_device(source, device), tasks_source and for_device(tasks_source, device)
     notes: list[str] = []
     path = Path(source)

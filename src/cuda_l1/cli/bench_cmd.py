@@ -78,12 +78,13 @@ def bench_command(
     """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
 
     Writes summary.json, results.csv, report.html and plots to --out."""
-    from cuda_l1.bench import check_references, load_summary, read_imported, run_bench, select_tasks
+    from cuda_l1.bench import check_references, check_tasks_option, load_summary, read_imported, run_bench, select_tasks
     from cuda_l1.calibrate import pick_tasks
     from cuda_l1.cli.calibrate_cmd import eager_is_the_noise_check, noise_check
     from cuda_l1.devices import parse_device
     from cuda_l1.tasks import for_device
 
+    check_tasks_option(source, tasks)
     chosen = _strategies(strategies)
     level_set, statuses = parse_levels(levels), options.parse_statuses(rejudge)
     imported = read_imported(verdicts_from)

@@ -49,7 +49,7 @@ def timeout() -> typer.models.OptionInfo:
 
 def workers() -> typer.models.OptionInfo:
     return typer.Option(None, "--workers", metavar="N", min=1,
-                        help="Evaluation workers (default: one per GPU; 1 on CPU).")
+                        help="Evaluation workers (default: one per GPU; 1 on CPU; at most one per GPU or usable core).")
 
 
 def cluster() -> typer.models.OptionInfo:

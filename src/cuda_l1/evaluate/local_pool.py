@@ -36,6 +36,7 @@ from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
 from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.evaluate.worker_slots import visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
 
 
 def exit_text(code: int | None) -> str:
@@ -46,27 +47,6 @@ def exit_text(code: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with status {code}"
-
-
-def visible_gpus() -> int:
-    """GPUs this process may use, counted without importing torch (devices.local_gpu_count): the pool
-    counts them before it starts any worker."""
-    from cuda_l1.devices import local_gpu_count
-
-    try:
-        return local_gpu_count()
-    except Exception:
-        return 0
-
-
-def worker_devices(device: str, workers: int | None) -> list[str]:
-    """'cuda' -> one worker per visible GPU; 'cuda:N' -> that GPU; 'cpu' -> `workers` CPU workers."""
-    if device in ("cuda", "auto") and visible_gpus():
-        count = visible_gpus()
-        return [f"cuda:{i}" for i in range(count if workers is None else min(workers, count))]
-    if device.startswith("cuda"):
-        return [device if ":" in device else "cuda:0"]
-    return ["cpu"] * max(1, workers or 1)
 
 
 # -- the worker process ------------------------------------------------------------------------------
