@@ -9,6 +9,7 @@ from cuda_l1.errors import UserError
 from cuda_l1.evaluate.tolerance import ToleranceConfig
 from cuda_l1.evaluate.protocol import MODULE_MODES
 from cuda_l1.settings import setting
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 
 
 @dataclass
@@ -114,6 +115,9 @@ class EvalConfig:
                                       "call compared in full against the float64 oracle (timed: see oracle_rate)")
     timeout_s: float = setting(180.0, "wall-clock limit for one candidate's whole evaluation (load, checks, timing)")
     load_timeout_s: float = setting(900.0, "importing the candidate, including extension builds")
+    task_timeout_s: float = setting(DEFAULT_TASK_TIMEOUT_S, "the task's own code in the evaluator's process, "
+                                    "each of: importing it, its reference's first run; past it the task is "
+                                    "reported broken (a sleep or endless loop in a task file hung every command)")
     first_call_timeout_s: float = setting(300.0, "the first window (JIT compilers such as Triton or torch.compile)")
     call_timeout_s: float = setting(60.0, "any later window")
     module_mode: str = setting("train", '"train": both models run as constructed (KernelBench\'s harness: '
@@ -181,7 +185,8 @@ def check_settings(config: EvalConfig) -> None:
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (1 <= config.spares <= 16, "spares must be between 1 and 16"),
         (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),
-        (min(config.timeout_s, config.load_timeout_s, config.first_call_timeout_s, config.call_timeout_s) > 0,
+        (min(config.timeout_s, config.load_timeout_s, config.task_timeout_s, config.first_call_timeout_s,
+             config.call_timeout_s) > 0,
          "every timeout must be positive"),
         (t.window_s > 0 and t.max_time_s > 0 and t.warmup_s >= 0, "timing window_s and max_time_s must be positive"),
         (1 <= t.warmup_rounds and 1 <= t.min_rounds <= t.max_rounds,

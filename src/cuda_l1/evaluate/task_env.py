@@ -125,9 +125,11 @@ class TaskEnv:
             # the data. (What fails later, in the sandbox, is the evaluation's failure: see start_reference.)
             broken = ""
             try:
-                module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}")
+                module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}",
+                                          timeout_s=config.task_timeout_s)
                 mark("module")
-                output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode)
+                output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode,
+                                                  timeout_s=config.task_timeout_s)
             except TaskError as exc:
                 broken = str(exc)
             if self.device.startswith("cuda"):

@@ -14,6 +14,7 @@ import types
 from typing import Any
 
 from cuda_l1.errors import TaskError
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, task_deadline
 from cuda_l1.tasks.task import Task
 
 
@@ -151,31 +152,41 @@ def _where(exc: BaseException, filename: str) -> str:
     return text
 
 
-def load_task_module(task: Task, module_name: str = "cuda_l1_task") -> types.ModuleType:
+def load_task_module(task: Task, module_name: str = "cuda_l1_task",
+                     timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> types.ModuleType:
+    """Execute the task's module, for at most `timeout_s` (deadline.py); its failures are TaskErrors."""
     filename = task_filename(task)
     try:
-        return load_module(task.source, module_name, filename)
+        with task_deadline(timeout_s, "importing the task", filename):
+            return load_module(task.source, module_name, filename)
     except TASK_FAILURES as exc:
         raise TaskError(f"executing the module raised {_where(exc, filename)}", path=filename) from None
 
 
-def check_reference(task: Task, device: str = "cpu", seed: int = 0, mode: str = "train") -> None:
+def check_reference(task: Task, device: str = "cpu", seed: int = 0, mode: str = "train",
+                    timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> None:
     """Run the reference once as the evaluator will: module, get_init_inputs, Model(...), get_inputs,
     forward. Raises TaskError naming the task's file and line when any of them fails, so a broken
-    reference is reported as bad input before any candidate is blamed for it."""
-    module = load_task_module(task, module_name=f"cuda_l1_check_{task.id}")
+    reference is reported as bad input before any candidate is blamed for it; each step, the import
+    and the run, has `timeout_s`."""
+    module = load_task_module(task, module_name=f"cuda_l1_check_{task.id}", timeout_s=timeout_s)
     try:
-        run_reference_once(module, task_filename(task), device, seed, mode)
+        run_reference_once(module, task_filename(task), device, seed, mode, timeout_s=timeout_s)
     finally:
         sys.modules.pop(module.__name__, None)
 
 
 def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0,
-                       mode: str = "train") -> int:
+                       mode: str = "train", timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> int:
     """check_reference on a loaded module: its inputs checked, its model built and called once on
     `device`, in `mode` (inputs.build_model). A TaskError names `origin` and the line of the task's code
     that failed. Returns the bytes of the call's tensor outputs (what the evaluator budgets input slots
-    on: see TaskEnv)."""
+    on: see TaskEnv). All of it within `timeout_s`."""
+    with task_deadline(timeout_s, "the reference's first run (its inputs, its model, one forward)", origin):
+        return _run_reference_once(module, origin, device, seed, mode)
+
+
+def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed: int, mode: str) -> int:
     import torch
 
     from cuda_l1.evaluate import inputs as inputs_mod
@@ -228,7 +239,7 @@ def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
         raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
-def describe_task(task: Task, on_meta: bool = False) -> dict:
+def describe_task(task: Task, on_meta: bool = False, timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> dict:
     """Run the task's module-level code and input builders (not forward) and describe its arguments.
     `on_meta`: build them on torch's meta device (shapes only, no memory: GPU-sized tasks on a laptop)."""
     import contextlib
@@ -236,9 +247,10 @@ def describe_task(task: Task, on_meta: bool = False) -> dict:
     import torch
 
     origin = task.origin or task.name
-    module = load_task_module(task)
+    module = load_task_module(task, timeout_s=timeout_s)
     torch.manual_seed(0)
-    with torch.device("meta") if on_meta else contextlib.nullcontext():
+    with (torch.device("meta") if on_meta else contextlib.nullcontext(),
+          task_deadline(timeout_s, "building the task's model and inputs", origin)):
         init_args = check_init_args(_call(module, "get_init_inputs", origin), origin)
         args = check_forward_args(_call(module, "get_inputs", origin), origin, on_meta)
         try:
@@ -264,8 +276,9 @@ def meta_footprint(source: str) -> dict[str, int]:
     """Elements and bytes of a task's inputs and outputs and its parameter count, with forward run on
     torch's meta device: shapes only, no memory (how GPU sizes are checked on a machine without one)."""
     module = types.ModuleType("task_footprint")
-    exec(compile(source, "<task>", "exec"), module.__dict__)
-    return module_footprint(module)
+    with task_deadline(DEFAULT_TASK_TIMEOUT_S, "the task's shapes on the meta device", "<task>"):
+        exec(compile(source, "<task>", "exec"), module.__dict__)
+        return module_footprint(module)
 
 
 def module_footprint(module) -> dict[str, int]:
