@@ -368,3 +368,21 @@ def test_ray_pool_stops_the_instance_it_started(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "status ok initialized False" in proc.stdout
+
+
+@pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)"])
+def test_a_task_that_ends_its_worker_is_bad_input_not_the_candidates_failure(tasks, ending):
+    """A task whose import ends the process killed its worker twice, and the candidate was stored as a
+    runtime_error. The worker marks the task it prepares; a death then is the task's: BrokenTask, and
+    the pool goes on with the other tasks."""
+    from cuda_l1.errors import BrokenTask
+
+    source = tasks["scale"].source.replace("import os\n", f"import os\nimport signal\n{ending}\n", 1)
+    exiting = make_task(source, name="ends", level=1, origin="ends.py")
+    with open_pool("local", workers=1) as pool:
+        bad = pool.submit(EvalJob(exiting, candidate("scale", "correct")))
+        good = pool.submit(EvalJob(tasks["scale"], candidate("scale", "correct")))
+        with pytest.raises(BrokenTask, match="ends.py: the evaluation worker .* while running the task's own code"):
+            bad.result(timeout=180)
+        result = good.result(timeout=180)
+        assert result.verdict.status == OK and result.attempts == 1, result.verdict.reasons

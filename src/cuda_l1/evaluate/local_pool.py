@@ -35,22 +35,13 @@ from concurrent.futures import Future
 from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.task_marks import PreparingMarks
 from cuda_l1.evaluate.verdict import Verdict
-from cuda_l1.evaluate.worker_slots import visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
-
-
-def exit_text(code: int | None) -> str:
-    """How a worker process ended, in words: 'was killed by SIGKILL', 'exited with status 1'."""
-    if code is not None and code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
+from cuda_l1.evaluate.worker_slots import exit_text, visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
 
 
 # -- the worker process ------------------------------------------------------------------------------
-def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int) -> None:
+def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int, marks) -> None:
     """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept, the
     next `lookahead_of(config)` jobs loaded ahead meanwhile (lookahead.py)."""
     from cuda_l1.evaluate import crowding, lifeline
@@ -83,7 +74,11 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int)
     start["spares_started"] = time.time()
     depth = lookahead_of(config)
     # One more prepared task than without lookahead: the next one, prepared while this one is judged.
-    evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
+    def prepare(task):  # the task's own code runs here: a death now is the task's (task_marks.py)
+        with marks.preparing(task.id):
+            return Evaluator(task, config, supply=supply)
+
+    evaluators = Evaluators(prepare,
                             keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate,
                             room=room_for(config.device))
     ahead = Lookahead(evaluators, depth)
@@ -168,6 +163,7 @@ class LocalPool(EvalPool):
         # Jobs sent to each worker, oldest first: the one it judges and those it loads ahead.
         self._inflight: dict[int, list[int]] = {i: [] for i in range(len(self.workers))}
         self._judging: dict[int, int | None] = {i: None for i in range(len(self.workers))}  # its STARTED job
+        self._task_deaths: dict[str, int] = {}  # task id -> workers that died running its own code
         from cuda_l1.evaluate.lookahead import lookahead_of
 
         self._capacity = 1 + lookahead_of(dataclasses.replace(self.config, device=self.workers[0]))
@@ -201,11 +197,12 @@ class LocalPool(EvalPool):
             # first, which often serves interrupts), so workers on different GPUs do not share one.
             cores = sorted(os.sched_getaffinity(0))
             config = dataclasses.replace(config, timed_core=cores[(index + 1) % len(cores)])
+        marks = PreparingMarks(self._ctx)
         proc = self._ctx.Process(target=_worker_main,
-                                 args=(self.workers[index], config, inbox, self._outbox, os.getpid()),
+                                 args=(self.workers[index], config, inbox, self._outbox, os.getpid(), marks),
                                  name=f"cuda-l1-worker-{index}", daemon=True)
         proc.start()
-        return proc, inbox
+        return proc, inbox, marks
 
     def submit(self, job: EvalJob) -> Future:
         future: Future = Future()
@@ -311,7 +308,7 @@ class LocalPool(EvalPool):
             self._resolve(job_id, verdict, worker)
 
     def _replace_dead(self) -> None:
-        for index, (proc, _) in enumerate(self._slots):
+        for index, (proc, _, marks) in enumerate(self._slots):
             if proc.is_alive() or self._closing:
                 continue
             sent, judging = self._inflight[index], self._judging[index]
@@ -320,6 +317,8 @@ class LocalPool(EvalPool):
                   f"{len(sent)} job(s); starting another", file=sys.stderr, flush=True)
             self._slots[index] = self._start(index)
             self._inflight[index], self._judging[index] = [], None
+            if self._task_killed(marks.read(), sent, ended):
+                continue
             # The job it was judging counts an attempt (the oldest it held, if it died before saying
             # which); the jobs it only held or loaded ahead go back first, their attempts uncounted.
             job_id = judging if judging is not None else (sent[0] if sent else None)
@@ -339,8 +338,28 @@ class LocalPool(EvalPool):
                                                         evaluation_failed=False),
                               self.workers[index])
 
+    def _task_killed(self, preparing: list[str], sent: list[int], ended: str) -> bool:
+        """A worker that died while running a task's own code (task_marks.py): its jobs go back
+        uncounted, and a task that did it `max_attempts` times fails every job of it as BrokenTask."""
+        if not preparing:
+            return False
+        for task_id in preparing:
+            self._task_deaths[task_id] = self._task_deaths.get(task_id, 0) + 1
+        broken = {t for t in preparing if self._task_deaths[t] >= self.max_attempts}
+        with self._lock:
+            self._pending[:0] = [j for j in sent if j in self._futures]
+            doomed = [j for j in self._pending if self._futures[j][1].task.id in broken]
+            self._pending = [j for j in self._pending if j not in doomed]
+            doomed = [(self._futures.pop(j), self._first.pop(j, None))[0][:2] for j in doomed]
+        for future, job in doomed:
+            future.set_exception(BrokenTask(
+                f"{job.task.origin or job.task.name}: the evaluation worker {ended} while running the task's "
+                f"own code (its import or its reference's first run), {self.max_attempts} times: a task must "
+                "not end or crash the process (os._exit, a fatal signal)"))
+        return True
+
     def worker_pids(self) -> list[int]:
-        return [proc.pid for proc, _ in self._slots]
+        return [proc.pid for proc, *_ in self._slots]
 
     def abort(self) -> None:
         """Stop now (the caller was interrupted): the workers are killed mid-candidate (their sides go
@@ -357,13 +376,13 @@ class LocalPool(EvalPool):
         self._closing = True
         if self.prebuilder is not None:
             self.prebuilder.close(cancel=self._aborting)
-        for proc, inbox in self._slots:
+        for proc, inbox, _ in self._slots:
             try:
                 inbox.put(None)
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + (0 if self._aborting else 10)
-        for proc, _ in self._slots:
+        for proc, *_ in self._slots:
             proc.join(timeout=max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()

@@ -1,4 +1,4 @@
-"""How many evaluation workers a local pool starts, and on which device each.
+"""How many evaluation workers a local pool starts, on which device each, and how one ended (in words).
 
 A GPU worker times on a GPU of its own and a CPU worker on a core of its own (local_pool.py gives
 each its timed core): more workers than that would share what they time on, and every verdict of
@@ -9,6 +9,7 @@ the user is told so rather than left to wonder where the workers went.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
@@ -51,3 +52,13 @@ def _cut(workers: int | None, most: int, what: str, default: int) -> int:
         print(f"cuda-l1: --workers {workers} is more than {what}; starting {most}.", file=sys.stderr)
         return most
     return max(1, workers)
+
+
+def exit_text(code: int | None) -> str:
+    """How a worker process ended, in words: 'was killed by SIGKILL', 'exited with status 1'."""
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"

@@ -1,0 +1,64 @@
+"""Which tasks a worker process is preparing, kept where its pool can read it after the worker died.
+
+A worker runs each task's own code (its import, its reference's first run) in its own process. A
+task that ends that process (`os._exit`, a crash in native code) killed the worker; the pool took it
+for the candidate's doing, retried, and after the second death stored a runtime_error verdict on
+the candidate. The marks let the pool charge such a death to the task instead: its jobs go back
+uncounted, and a task that kills a worker twice is bad input (BrokenTask), like any broken reference.
+
+The marks live in shared memory written before the task's code runs, so they are there even when
+the process ends at once: a message on the pool's queue would be lost with the worker's feeder
+thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+
+SIZE = 1024  # bytes: room for dozens of task ids (12 hex characters each)
+
+
+class PreparingMarks:
+    """Created by the pool for one worker process (`ctx`: the pool's multiprocessing context) and
+    handed to it; the worker marks each task while it prepares it, the pool reads them after a death."""
+
+    def __init__(self, ctx):
+        # No cross-process lock: one only the worker takes could be held forever by a killed worker;
+        # the pool reads after the worker is gone.
+        self._shared = ctx.Array(ctypes.c_char, SIZE, lock=False)
+        self._lock = threading.Lock()  # the worker's threads
+
+    def __getstate__(self):
+        return {"_shared": self._shared}
+
+    def __setstate__(self, state):
+        self._shared, self._lock = state["_shared"], threading.Lock()
+
+    def _write(self, ids: list[str]) -> None:
+        data = ",".join(ids).encode()[: SIZE - 1]
+        self._shared[: len(data) + 1] = data + b"\0"
+
+    @contextlib.contextmanager
+    def preparing(self, task_id: str):
+        """Mark `task_id` for the block (the worker's helper threads prepare tasks ahead, concurrently)."""
+        with self._lock:
+            ids = self.read()
+            self._write(ids + [task_id])
+        try:
+            yield
+        finally:
+            with self._lock:
+                ids = self.read()
+                if task_id in ids:
+                    ids.remove(task_id)
+                self._write(ids)
+
+    def read(self) -> list[str]:
+        """The tasks being prepared (at a worker's death: those whose code was running)."""
+        raw = bytes(self._shared[:]).split(b"\0", 1)[0]
+        return [part for part in raw.decode(errors="replace").split(",") if part]
+
+    def clear(self) -> None:
+        self._write([])
