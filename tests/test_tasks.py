@@ -207,3 +207,33 @@ def test_every_command_has_help():
                  ["audit", "--help"], ["report", "--help"]):
         out = subprocess.run([sys.executable, "-m", "cuda_l1", *args], capture_output=True, text=True)
         assert out.returncode == 0 and "Usage" in out.stdout, args
+
+
+def test_a_constant_nan_argument_is_one_fixed_signature():
+    """NaN equals nothing, itself included: a task passing float('nan') as an argument was refused as
+    changing its values from one seed to the next."""
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import evaluate
+    from cuda_l1.tasks import make_task
+
+    reference = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, fill):
+        return torch.nan_to_num(x * fill, nan=1.0)
+
+
+def get_inputs():
+    return [torch.randn(64), float("nan")]
+
+
+def get_init_inputs():
+    return []
+'''
+    candidate = reference.replace("class Model(", "class ModelNew(").split("def get_inputs")[0]
+    verdict = evaluate(make_task(reference, name="nan_fill", level=1, origin="nan_fill.py"), candidate,
+                       EvalConfig(device="cpu", timing=TimingConfig(enabled=False), correctness_trials=2))
+    assert verdict.status == "ok", verdict.reasons
