@@ -826,3 +826,27 @@ def test_only_a_first_start_of_the_reference_can_fail_as_the_tasks_error(monkeyp
     monkeypatch.setattr(task_env, "load_side", refuse)
     with pytest.raises(TaskError, match="does not load in the sandbox"):
         Evaluator(task, config).close()
+
+
+@pytest.mark.parametrize("mode", ["oracle", "full"])
+def test_a_full_comparison_stops_at_the_evaluations_deadline(mode):
+    """A reference output of 2**33 elements (an expanded view) kept the parent comparing for minutes past
+    --timeout: the comparison now asks for the time left before each chunk, and that raises at the deadline."""
+    import random
+
+    from cuda_l1.evaluate.verify import judge_leaf
+
+    out = torch.zeros(1).expand((1 << 24) * 3)
+    asked = []
+
+    def time_left() -> float:
+        asked.append(1)
+        if len(asked) == 2:
+            raise TimeoutError("past the deadline")
+        return 1.0
+
+    with pytest.raises(TimeoutError):
+        judge_leaf(out, out, out.double() if mode == "oracle" else None, mode, 1.0 if mode == "full" else None,
+                   random.Random(0), 8, ToleranceConfig(), time_left)
+    assert len(asked) == 2  # one chunk compared, then stopped: not the remaining ones
+    assert judge_leaf(out, out, None, "full", 1.0, random.Random(0), 8, ToleranceConfig()).ok

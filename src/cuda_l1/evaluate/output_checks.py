@@ -65,7 +65,7 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
             continue
         o = oracle[pos] if oracle else None
         results.append(verify.judge_leaf(got, ref, o, mode, bounds[pos], rng, config.timing.spot_checks,
-                                         config.tolerance))
+                                         config.tolerance, time_left))
     return results
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -52,11 +53,14 @@ def _specials(t: torch.Tensor) -> torch.Tensor:
     return torch.isnan(t).to(torch.int8) + 2 * torch.isposinf(t).to(torch.int8) + 3 * torch.isneginf(t).to(torch.int8)
 
 
-def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, config: ToleranceConfig) -> Comparison:
+def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, config: ToleranceConfig,
+            time_left: Callable[[], float] | None = None) -> Comparison:
     """Compare one output leaf. The three tensors have the same shape; `cand` and `ref` sit on one
     device, and the oracle may sit elsewhere (the float64 oracle falls back to the CPU where the
     device has no room for it): it is brought over a chunk at a time, so that a 6 GiB float32
-    output's 12 GiB oracle never needs a copy of its whole size on the device."""
+    output's 12 GiB oracle never needs a copy of its whole size on the device. `time_left` is called
+    before each chunk and raises at the evaluation's deadline (a 32 GiB output kept the parent
+    comparing for minutes past --timeout)."""
     if cand.shape != ref.shape:
         return Comparison(False, f"shape {list(cand.shape)} != reference {list(ref.shape)}")
     if not (ref.is_floating_point() or ref.is_complex()):
@@ -82,6 +86,8 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
     floor = floor_epsilons(ref.dtype, config)
     close, specials_ok, bad_specials, any_finite, any_lone = True, True, 0, False, False
     for start in range(0, c_all.numel(), _CHUNK):
+        if time_left is not None:
+            time_left()
         c = c_all[start:start + _CHUNK]
         r = r_all[start:start + _CHUNK]
         if not use_oracle or c.dtype not in PROMOTES or r.dtype not in PROMOTES:

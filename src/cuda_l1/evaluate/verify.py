@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -223,10 +224,13 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
     return problems
 
 
-def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float) -> str | None:
+def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float,
+                time_left: Callable[[], float] | None = None) -> str | None:
     step = 1 << 24
     c, r = cand.reshape(-1), ref.reshape(-1)
     for start in range(0, c.numel(), step):
+        if time_left is not None:
+            time_left()  # raises at the evaluation's deadline
         worst = _beyond(c[start:start + step], r[start:start + step], bound)
         if worst is not None:
             return f"differs from the reference by {worst:.3g} (allowed {bound:.3g})"
@@ -234,8 +238,8 @@ def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float) -> str | No
 
 
 def against_oracle(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None,
-                   tolerance: ToleranceConfig) -> Comparison:
-    return compare(cand, ref, oracle, tolerance)  # an oracle on another device is moved chunk by chunk
+                   tolerance: ToleranceConfig, time_left: Callable[[], float] | None = None) -> Comparison:
+    return compare(cand, ref, oracle, tolerance, time_left)  # an oracle elsewhere is moved chunk by chunk
 
 
 def spot_bound(comparisons: list[Comparison]) -> float:
@@ -249,12 +253,14 @@ def spot_bound(comparisons: list[Comparison]) -> float:
 
 
 def judge_leaf(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, mode: str, bound: float | None,
-               rng: random.Random, spots: int, tolerance: ToleranceConfig) -> LeafVerdict:
+               rng: random.Random, spots: int, tolerance: ToleranceConfig,
+               time_left: Callable[[], float] | None = None) -> LeafVerdict:
     """One output leaf: in full against the float64 oracle (mode 'oracle', or while no bound is known
-    yet), in full against the reference ('full'), or at `spots` positions drawn now ('spots')."""
+    yet), in full against the reference ('full'), or at `spots` positions drawn now ('spots').
+    `time_left` raises at the evaluation's deadline, checked between chunks of a full comparison."""
     if mode == "oracle" or bound is None:
-        cmp = against_oracle(cand, ref, oracle, tolerance)
+        cmp = against_oracle(cand, ref, oracle, tolerance, time_left)
         return LeafVerdict(cmp.ok, cmp.detail, compared=True, candidate_error=cmp.candidate_error,
                            allowed_error=cmp.allowed_error, reference_error=cmp.reference_error)
-    problem = full_values(cand, ref, bound) if mode == "full" else spot_values(cand, ref, spots, rng, bound)
+    problem = full_values(cand, ref, bound, time_left) if mode == "full" else spot_values(cand, ref, spots, rng, bound)
     return LeafVerdict(problem is None, problem or "")
