@@ -159,6 +159,8 @@ def load_task_module(task: Task, module_name: str = "cuda_l1_task",
     try:
         with task_deadline(timeout_s, "importing the task", filename):
             return load_module(task.source, module_name, filename)
+    except TaskError:  # its deadline, already in words
+        raise
     except TASK_FAILURES as exc:
         raise TaskError(f"executing the module raised {_where(exc, filename)}", path=filename) from None
 
