@@ -257,6 +257,7 @@ _RECORD = '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": 
     _RECORD % '{"status": "ok", "ci": ["a", "b"]}', _RECORD % '{"status": "ok", "reasons": 5}',
     _RECORD % '{"status": "ok", "device": 7}', _RECORD % '{"status": "ok", "task_id": "another"}',
     _RECORD % '{"status": "ok", "checks": [{"name": 1, "passed": true}]}', _RECORD % '{"status": "ok", "timing": []}',
+    _RECORD % '{"status": "ok", "reasons": ["x \\ud800"]}',  # an escaped lone surrogate: a line of ASCII
 ], ids=lambda line: line[:40])
 def test_a_malformed_verdicts_file_is_bad_input(kb_dir, tmp_path, line):
     """Every field a report or the store reads is checked before any work: a bad value stored first

@@ -14,7 +14,6 @@ in summary.json, report.html and on the console, never silently published.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import statistics
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from cuda_l1.settings import setting
+from cuda_l1.store.set_aside import set_aside
 from cuda_l1.tasks import Task
 
 CALIBRATION_NAME = "calibration.json"
@@ -211,13 +211,7 @@ def load_calibrations(out_dir: str | Path) -> list[dict]:
     except (FileNotFoundError, PermissionError):  # none, or not this user's to read: nothing moved
         return []
     except (IsADirectoryError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError, JSON's too
-        aside = path.with_name(f"{path.name}.unreadable")
-        for n in range(2, 1000):  # an earlier one set aside stays too
-            if not aside.exists():
-                break
-            aside = path.with_name(f"{path.name}.unreadable.{n}")
-        with contextlib.suppress(OSError):
-            path.replace(aside)
+        set_aside(path)  # an earlier one set aside stays too
         return []
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.verdict import ALL_STATUSES, Check, Verdict
+from cuda_l1.store.set_aside import set_aside
+from cuda_l1.text import has_surrogate
 
 VERDICTS_NAME = "verdicts.jsonl"
 IMPORTED_CHECK = "imported"
@@ -44,7 +46,7 @@ def write_verdicts(store, path: str | Path, carried: dict[Key, Verdict] | None =
     try:
         before = read_verdicts(path, mark=False) if path.is_file() else {}
     except UserError:  # kept, not lost, and not in the way of the report this run has earned
-        path.replace(path.with_name(path.name + ".unreadable"))
+        set_aside(path)
         before = {}
     rows = [row for row in rows if row["verdict"]]  # a stored verdict that cannot be parsed is not written
     for key, verdict in [*(carried or {}).items(), *before.items()]:
@@ -92,8 +94,10 @@ def read_verdicts(path: str | Path, mark: bool = True) -> dict[Key, Verdict]:
                 raise ValueError("verdict is not an object")
             verdict = Verdict.from_dict(record["verdict"])
             _check_verdict(verdict, key)
-            if not line.isascii():  # JSON's "\ud800" is a str no store or report can write (UnicodeEncodeError)
-                json.dumps(record, ensure_ascii=False).encode("utf-8")
+            # JSON's "\ud800" escape decodes to a str no store or report can write (UnicodeEncodeError);
+            # strict UTF-8 text holds no surrogate, so only a line with an escape needs the check.
+            if "\\u" in line and has_surrogate(json.dumps(record, ensure_ascii=False)):
+                raise ValueError("a lone surrogate (a \\ud800-style escape) is not text a store can hold")
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise UserError(f"line {number} is not a verdict record ({str(exc)[:200]}); the file is written by "
                             "bench, audit and report as verdicts.jsonl.", path=str(path)) from None

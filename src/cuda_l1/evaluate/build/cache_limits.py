@@ -54,11 +54,11 @@ def too_large(size: int, max_entry_bytes: int) -> str:
     return ""
 
 
-def entry_bytes(entry: Path, meta: dict | None = None) -> int:
+def entry_bytes(entry: Path) -> int:
     """An entry's size: what its meta.json recorded at publish, else its files walked."""
-    if meta is None:
-        with contextlib.suppress(OSError, ValueError):
-            meta = json.loads((entry / "meta.json").read_text())
+    meta = None
+    with contextlib.suppress(OSError, ValueError):
+        meta = json.loads((entry / "meta.json").read_text())
     size = meta.get("bytes") if isinstance(meta, dict) else None
     return size if isinstance(size, int) and size >= 0 else tree_bytes(entry)
 
