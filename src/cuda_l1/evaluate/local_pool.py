@@ -348,14 +348,16 @@ class LocalPool(EvalPool):
         broken = {t for t in preparing if self._task_deaths[t] >= self.max_attempts}
         with self._lock:
             self._pending[:0] = [j for j in sent if j in self._futures]
-            doomed = [j for j in self._pending if self._futures[j][1].task.id in broken]
+            doomed = [j for j in self._pending if j in self._futures and self._futures[j][1].task.id in broken]
             self._pending = [j for j in self._pending if j not in doomed]
-            doomed = [(self._futures.pop(j), self._first.pop(j, None))[0][:2] for j in doomed]
+            for job_id in doomed:
+                self._first.pop(job_id, None)
+            doomed = [self._futures.pop(job_id)[:2] for job_id in doomed]  # (future, job)
         for future, job in doomed:
             future.set_exception(BrokenTask(
                 f"{job.task.origin or job.task.name}: the evaluation worker {ended} while running the task's "
                 f"own code (its import or its reference's first run), {self.max_attempts} times: a task must "
-                "not end or crash the process (os._exit, a fatal signal)"))
+                "not end or crash the process (os._exit, a fatal signal, more memory than the host has)"))
         return True
 
     def worker_pids(self) -> list[int]:
