@@ -95,6 +95,12 @@ def test_cpu_corpus_with_fresh_sides(name, tmp_path, monkeypatch, listener, unix
     _judge_case(CPU_CASES[name], tmp_path, monkeypatch, listener, unix_listener, fork_server=False)
 
 
+def _within_bounds(bounds: dict, verdict) -> bool:
+    return (verdict.raw_speedup >= bounds.get("speedup_at_least", 0.0)
+            and verdict.raw_speedup <= bounds.get("speedup_at_most", float("inf"))
+            and verdict.speedup <= bounds.get("score_at_most", float("inf")))
+
+
 def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_server: bool | None) -> None:
     # Credentials the evaluator's own process holds; none may reach the candidate.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
@@ -104,7 +110,14 @@ def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_serve
     if case.name in ("write_outside", "read_credentials") and landlock_abi() < 1:
         pytest.skip("Landlock is not available: file confinement is not enforced on this kernel")
     evaluator = evaluator_for(case.reference, case.task(), fork_server)
-    verdict = evaluator.evaluate(case.source(**substitutions(case, tmp_path, port, unix_listener)))
+    source = case.source(**substitutions(case, tmp_path, port, unix_listener))
+    verdict = evaluator.evaluate(source)
+    if verdict.status == "ok" and case.bounds and not _within_bounds(case.bounds, verdict):
+        # The bounds are for gains of several-fold (a trick's, or a legitimate rewrite's); on a busy
+        # 2-core host one quick reading of 10 ms windows strays by tens of percent (CI failed on such
+        # strays), so a miss is measured once more and the second reading must hold: a trick that
+        # gains misses both.
+        verdict = evaluator.evaluate(source)
     started = {None: None, True: "forked", False: "fresh interpreter"}[fork_server]
     assert started is None or verdict.sandbox.get("started") == started, verdict.sandbox
     summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"

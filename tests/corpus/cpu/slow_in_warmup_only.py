@@ -1,7 +1,8 @@
 # reference: tiny_relu
 # expect: ok
 # speedup_at_most: 0.5
-# Genuinely slower (about 8 small matmuls a call beside the relu, ~0.1x), it sleeps through its first
+# Genuinely slower (8 matmuls of 192 x 192 a call beside the relu, ~0.1x; 96 x 96 read up to 0.8 with a busy
+# process beside the 2-core host, where a window's fixed cost dominated both sides), it sleeps through its first
 # two windows (of one call each) so that the recorded ones are sized to one call: both sides then sit in the fixed cost of
 # a window and the ratio goes toward 1 (an adversarial reading scored it 0.69-1.00 on a loaded host
 # before the re-plan; measured as it is, ~0.1). The weight is a buffer, so on a GPU the matmuls run
@@ -17,7 +18,7 @@ import torch.nn as nn
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.register_buffer("w", torch.randn(96, 96))
+        self.register_buffer("w", torch.randn(192, 192))
 
     def forward(self, x):
         for _ in range(8):
