@@ -131,6 +131,10 @@ BROKEN = {
     "complex": ("return [torch.randn(64)]", "return [torch.randn(64), 1j]", "get_inputs()[1] is a complex"),
     "sparse": ("return [torch.randn(64)]", "return [torch.randn(64).to_sparse()]", "is a sparse_coo tensor"),
     "output": ("return x * 2", "return (x * 2).to_sparse()", "returned a sparse_coo tensor as output 0"),
+    # read by memory, these passed a wrong candidate: a subclass's output was never compared, a lazy
+    # conjugate's memory holds the unconjugated values
+    "subclass": ("return x * 2", "return nn.Parameter(x * 2)", "returned a Parameter (a tensor subclass"),
+    "conj": ("return x * 2", "return torch.fft.fft(x).conj()", "returned a lazily conjugated or negated view"),
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import mmap
 import os
@@ -271,13 +270,13 @@ class Side:
         later rounds, is made outside it)."""
         import torch
 
-        from cuda_l1.evaluate.inputs import to_double
+        from cuda_l1.evaluate.inputs import double_model, to_double
 
         errors = []
         for device in ([self.device, "cpu"] if self.device != "cpu" else ["cpu"]):
             try:
                 if self.oracle_model is None or self.oracle_model[0] != device:
-                    self.oracle_model = (device, copy.deepcopy(self.model).to(device).double())
+                    self.oracle_model = (device, double_model(self.model, device))
                 with torch.no_grad(), (memory() if device.startswith("cuda") else contextlib.nullcontext()):
                     args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
                     out = self.oracle_model[1](*args)

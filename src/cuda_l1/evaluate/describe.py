@@ -94,6 +94,10 @@ class Describer:
             if type(leaf) is not torch.Tensor or leaf.layout != torch.strided or leaf.device.type not in ("cpu", "cuda"):
                 refs.append(LeafRef("foreign", typename, device=str(leaf.device)))
                 continue
+            if leaf.is_conj() or leaf.is_neg():  # its memory holds other values than it has (read raw: wrong)
+                refs.append(LeafRef("foreign", typename + (" with a lazy conjugate bit" if leaf.is_conj() else
+                                                           " with a lazy negative bit"), device=str(leaf.device)))
+                continue
             storage = leaf.untyped_storage()
             ref = LeafRef("tensor", typename, str(leaf.dtype).replace("torch.", ""), list(leaf.shape),
                           list(leaf.stride()), leaf.storage_offset(), storage.nbytes(), str(leaf.device))

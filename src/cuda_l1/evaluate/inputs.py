@@ -8,6 +8,7 @@ to check the candidate against. This module is imported by the child: keep it to
 
 from __future__ import annotations
 
+import copy
 import hashlib
 
 import torch
@@ -75,6 +76,19 @@ def to_double(value):
     if isinstance(value, torch.Tensor) and value.is_complex():
         return value.to(torch.complex128)
     return value
+
+
+def double_model(model, device: str):
+    """The float64 copy of a model that the oracle runs: its parameters and buffers (Module.double), and
+    its plain tensor attributes too. A weight kept as a plain attribute stayed float32, the oracle
+    failed on the mixed dtypes, and every check of the task fell back to KernelBench's 1e-2
+    tolerance, which let bf16 arithmetic pass a float32 task."""
+    model = copy.deepcopy(model).to(device).double()
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                object.__setattr__(module, name, to_double(value))
+    return model
 
 
 def flatten_outputs(out) -> tuple[object, list]:

@@ -229,6 +229,10 @@ def _unusable_tensor(value, on_meta: bool = False) -> str:
 
     if value.layout != torch.strided:
         return f"a {str(value.layout).replace('torch.', '')} tensor"
+    if type(value) is not torch.Tensor:  # a side describes no other type by its memory: never compared
+        return f"a {type(value).__name__} (a tensor subclass: return a plain tensor, e.g. .as_subclass(torch.Tensor))"
+    if value.is_conj() or value.is_neg():  # its memory holds other values than it has
+        return "a lazily conjugated or negated view (return .resolve_conj() or .resolve_neg())"
     if value.device.type == "meta" and not on_meta:
         return "a tensor on the meta device (no values)"
     return ""
