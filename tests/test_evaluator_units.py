@@ -850,3 +850,21 @@ def test_a_full_comparison_stops_at_the_evaluations_deadline(mode):
                    random.Random(0), 8, ToleranceConfig(), time_left)
     assert len(asked) == 2  # one chunk compared, then stopped: not the remaining ones
     assert judge_leaf(out, out, None, "full", 1.0, random.Random(0), 8, ToleranceConfig()).ok
+
+
+def test_integer_outputs_are_compared_exactly_past_two_to_the_53():
+    """Spot and full comparisons went through float64, where 2**53 + 1 reads as 2**53: an int64 output
+    off by one there passed every round but the oracle's."""
+    import random
+
+    from cuda_l1.evaluate.verify import full_values, spot_values
+
+    ref = torch.full((64,), 2**53 + 1, dtype=torch.int64)
+    off = ref - 1
+    assert full_values(off, ref, 0.0) is not None and spot_values(off, ref, 64, random.Random(1), 0.0) is not None
+    assert full_values(ref.clone(), ref, 0.0) is None and spot_values(ref.clone(), ref, 64, random.Random(1), 0.0) is None
+    negative = -ref
+    assert spot_values(negative - 1, negative, 64, random.Random(2), 0.0) is not None
+    flags = torch.tensor([True, False] * 8)
+    assert spot_values(~flags, flags, 16, random.Random(3), 0.0) is not None
+    assert spot_values(flags.clone(), flags, 16, random.Random(3), 0.0) is None

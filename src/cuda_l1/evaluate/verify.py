@@ -216,6 +216,12 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
             continue
         wide = torch.complex128 if cand.is_complex() or ref.is_complex() else torch.float64
         picks = [index[0, start:start + n], index[1, start:start + n]]
+        if _exact(ref):  # int64 in float64 loses values past 2**53: its two 32-bit halves, each exact
+            pair = torch.stack([_flat_storage(t)[i.to(t.device)].to(device=device, dtype=torch.int64)
+                                for t, i in zip((cand, ref), picks)])
+            gathered.append(torch.stack([pair >> 32, pair & 0xFFFFFFFF], dim=-1).reshape(2, -1).to(torch.float64))
+            start += n
+            continue
         pair = torch.stack([_flat_storage(t)[i.to(t.device)].to(device=device, dtype=wide)
                             for t, i in zip((cand, ref), picks)])
         gathered.append(torch.view_as_real(pair).reshape(2, -1) if wide == torch.complex128 else pair)
@@ -226,15 +232,24 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
         if not n:
             problems.append(None)
             continue
-        width = 2 * n if cand.is_complex() or ref.is_complex() else n
+        width = 2 * n if cand.is_complex() or ref.is_complex() or _exact(ref) else n
         got, expect = values[0, start:start + width], values[1, start:start + width]
+        start += width
+        if _exact(ref):
+            problems.append(None if torch.equal(got, expect) else
+                            "differs from the reference at a checked position (integers, compared exactly)")
+            continue
         if width != n:
             got, expect = torch.complex(got[0::2], got[1::2]), torch.complex(expect[0::2], expect[1::2])
-        start += width
         worst = _beyond(got, expect, bound)
         problems.append(None if worst is None else
                         f"differs from the reference by {worst:.3g} at a checked position (allowed {bound:.3g})")
     return problems
+
+
+def _exact(t: torch.Tensor) -> bool:
+    """Integer and bool outputs are compared exactly (as the oracle round does), never through float64."""
+    return not (t.is_floating_point() or t.is_complex())
 
 
 def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float,
@@ -244,6 +259,10 @@ def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float,
     for start in range(0, c.numel(), step):
         if time_left is not None:
             time_left()  # raises at the evaluation's deadline
+        if _exact(ref):
+            if not torch.equal(c[start:start + step].to(r.dtype), r[start:start + step]):
+                return "integer values differ from the reference (compared exactly)"
+            continue
         worst = _beyond(c[start:start + step], r[start:start + step], bound)
         if worst is not None:
             return f"differs from the reference by {worst:.3g} (allowed {bound:.3g})"
