@@ -179,7 +179,10 @@ def get_init_inputs():
 
 @pytest.mark.parametrize("other, status, check", [
     ("torch.relu(x).t().contiguous().t()", "ok", "strides"),  # the same values and memory, column-major
-    ("torch.relu(nn.functional.pad(x, (0, 1)))[:, :64]", "rejected", "outputs_stable"),  # rows 65 apart
+    # rows 65 apart: refused as unstable on a window's later call; where the switch (0.5 s after the
+    # first call) lands on a window's first call (a busy host: its windows run late), that call is
+    # described in full and judged a broadcast or overlapping view
+    ("torch.relu(nn.functional.pad(x, (0, 1)))[:, :64]", "rejected|incorrect", "outputs_stable|strides"),
     ("torch.relu(x).to_sparse()", "rejected", "output_type"),  # no storage: described in full, refused
 ])
 def test_a_layout_that_changes_once_the_windows_matched(other, status, check):
@@ -195,8 +198,8 @@ def test_a_layout_that_changes_once_the_windows_matched(other, status, check):
     timing.max_time_s = 2.0
     verdict = evaluate(make_task(_RELU, name="relu", level=1, origin="test"), _VARYING.replace("{other}", other),
                        EvalConfig(device="cpu", timing=timing))
-    assert verdict.status == status, verdict.reasons
-    assert verdict.check(check).passed is False
+    assert verdict.status in status.split("|"), verdict.reasons
+    assert any(verdict.check(name) is not None and verdict.check(name).passed is False for name in check.split("|"))
     if status == "ok":  # what the kernel counted for each side's process, read by the parent
         assert all(verdict.timing["sides"][name]["cpu_s"] > 0 for name in ("reference", "candidate"))
 

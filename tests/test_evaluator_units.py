@@ -868,3 +868,12 @@ def test_integer_outputs_are_compared_exactly_past_two_to_the_53():
     flags = torch.tensor([True, False] * 8)
     assert spot_values(~flags, flags, 16, random.Random(3), 0.0) is not None
     assert spot_values(flags.clone(), flags, 16, random.Random(3), 0.0) is None
+
+
+def test_a_scalar_output_equals_an_infinity_only_if_it_is_that_infinity():
+    from cuda_l1.evaluate.verify import _same_value
+
+    inf = float("inf")
+    assert _same_value(inf, inf) and _same_value(-inf, -inf)
+    assert not _same_value(5.0, inf) and not _same_value(-inf, inf) and not _same_value(inf, 5.0)
+    assert not _same_value(10**400, 2.0) and _same_value(2.0000000001, 2.0)

@@ -386,3 +386,22 @@ def test_a_task_that_ends_its_worker_is_bad_input_not_the_candidates_failure(tas
             bad.result(timeout=180)
         result = good.result(timeout=180)
         assert result.verdict.status == OK and result.attempts == 1, result.verdict.reasons
+
+
+def test_a_gpu_workers_memory_estimate_runs_the_tasks_code_under_its_mark(tasks):
+    """On a GPU a worker first runs the task's module on the meta device for its memory estimate
+    (device_room.py): a death there is the task's too, and only the task's code is marked."""
+    import multiprocessing as mp
+
+    from cuda_l1.evaluate import task_marks
+    from cuda_l1.evaluate.device_room import DeviceRoom
+
+    marks, seen = task_marks.PreparingMarks(mp.get_context("spawn")), []
+    room = DeviceRoom("cuda:0", free=lambda: 1 << 40, need=lambda source: seen.append(marks.read()) or 0)
+    task = tasks["scale"]
+    task_marks.install(marks)
+    try:
+        room.need(task)
+    finally:
+        task_marks.install(None)
+    assert seen == [[task.id]] and marks.read() == []

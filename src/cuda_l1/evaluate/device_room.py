@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Iterable
 
+from cuda_l1.evaluate.task_marks import running_task_code
+
 # What one evaluation of a task holds on the device, in multiples of one call's input and output
 # bytes. Inputs: a round's values as generated and packed, the two sides' input buffers, and the
 # float64 oracle's copy of them (two copies of float32 inputs). Outputs: each side keeps two windows'
@@ -60,7 +62,8 @@ class DeviceRoom:
     def need(self, task) -> int:
         with self._lock:
             if task.id not in self._needs:
-                self._needs[task.id] = self._need(task.source)
+                with running_task_code(task.id):  # executes the task's module (task_marks.py)
+                    self._needs[task.id] = self._need(task.source)
             return max(self._needs[task.id], self._seen.get(task.id, 0))
 
     def free(self) -> int:

@@ -13,10 +13,12 @@ import contextlib
 import gc
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.verdict import RUNTIME_ERROR, Check, Verdict
 from cuda_l1.tasks import Task, code_id
 
@@ -85,9 +87,13 @@ class Evaluators:
     running job needs) is never closed, and one being prepared is waited for, not prepared twice.
     """
 
-    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES, quiet_lock=None, room=None):
+    def __init__(self, make: Callable[[Task], Any], keep: int = KEEP_REFERENCES, quiet_lock=None, room=None,
+                 wait_s: float | None = None):
         self.make = make  # task -> Evaluator
         self.keep = max(1, keep)
+        # How long to wait for a task another thread prepares: a task's code on a helper thread cannot
+        # be interrupted (tasks/deadline.py), and one that never ends would hold this worker for good.
+        self.wait_s = wait_s
         # On a GPU (device_room.DeviceRoom): a task prepared without room on the device for it first
         # retires every held evaluator that no busy task needs, and `fits` tells a load ahead to wait.
         self.room = room
@@ -101,8 +107,12 @@ class Evaluators:
         busy = set(busy) | {task.id}
         retired = []
         with self._changed:
+            until = None if self.wait_s is None else time.monotonic() + self.wait_s
             while self._held.get(task.id) is _PREPARING:
-                self._changed.wait()
+                if until is not None and time.monotonic() >= until:
+                    raise BrokenTask(f"{task.origin or task.name}: preparing the task on another thread took longer "
+                                     f"than {self.wait_s:.0f} s (its own code: does it sleep or loop forever?)")
+                self._changed.wait(None if until is None else max(0.0, until - time.monotonic()))
             evaluator = self._held.get(task.id)
             if evaluator is not None:
                 self._held.move_to_end(task.id)  # most recently used last

@@ -35,6 +35,7 @@ from concurrent.futures import Future
 from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate import task_marks
 from cuda_l1.evaluate.task_marks import PreparingMarks
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.evaluate.worker_slots import exit_text, visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
@@ -74,13 +75,10 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int,
     start["spares_started"] = time.time()
     depth = lookahead_of(config)
     # One more prepared task than without lookahead: the next one, prepared while this one is judged.
-    def prepare(task):  # the task's own code runs here: a death now is the task's (task_marks.py)
-        with marks.preparing(task.id):
-            return Evaluator(task, config, supply=supply)
-
-    evaluators = Evaluators(prepare,
+    task_marks.install(marks)  # a death while a task's own code runs here is the task's
+    evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
                             keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate,
-                            room=room_for(config.device))
+                            room=room_for(config.device), wait_s=2 * config.task_timeout_s + config.load_timeout_s)
     ahead = Lookahead(evaluators, depth)
     queued: collections.deque = collections.deque()
     while True:
@@ -341,7 +339,7 @@ class LocalPool(EvalPool):
     def _task_killed(self, preparing: list[str], sent: list[int], ended: str) -> bool:
         """A worker that died while running a task's own code (task_marks.py): its jobs go back
         uncounted, and a task that did it `max_attempts` times fails every job of it as BrokenTask."""
-        if not preparing:
+        if len(preparing) != 1:  # none, or two at once (helper threads): whose it was is not known
             return False
         for task_id in preparing:
             self._task_deaths[task_id] = self._task_deaths.get(task_id, 0) + 1

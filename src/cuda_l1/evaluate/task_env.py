@@ -25,6 +25,7 @@ from cuda_l1.evaluate.remote import RemoteMemory
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.sides import Side, load_side, mapped_inputs
+from cuda_l1.evaluate.task_marks import running_task_code
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.tasks import Task
 from cuda_l1.tasks.runtime import load_task_module, run_reference_once
@@ -125,11 +126,12 @@ class TaskEnv:
             # the data. (What fails later, in the sandbox, is the evaluation's failure: see start_reference.)
             broken = ""
             try:
-                module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}",
-                                          timeout_s=config.task_timeout_s)
-                mark("module")
-                output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode,
-                                                  timeout_s=config.task_timeout_s)
+                with running_task_code(task.id):  # a death in it is the task's (task_marks.py)
+                    module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}",
+                                              timeout_s=config.task_timeout_s)
+                    mark("module")
+                    output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode,
+                                                      timeout_s=config.task_timeout_s)
             except TaskError as exc:
                 broken = str(exc)
             if self.device.startswith("cuda"):

@@ -6,7 +6,9 @@ for the candidate's doing, retried, and after the second death stored a runtime_
 the candidate. The marks let the pool charge such a death to the task instead: its jobs go back
 uncounted, and a task that kills a worker twice is bad input (BrokenTask), like any broken reference.
 
-The marks live in shared memory written before the task's code runs, so they are there even when
+Only the task's own code is marked (its import, its reference's first run, its shapes on the meta
+device): a mark around all of a task's preparation also covered the waits and side starts during
+which another candidate is judged. The marks live in shared memory written before the task's code runs, so they are there even when
 the process ends at once: a message on the pool's queue would be lost with the worker's feeder
 thread.
 """
@@ -62,3 +64,18 @@ class PreparingMarks:
 
     def clear(self) -> None:
         self._write([])
+
+
+_installed: PreparingMarks | None = None  # the worker process's own marks (install)
+
+
+def install(marks: PreparingMarks | None) -> None:
+    """In a pool worker: mark the tasks whose code runs in this process from now on."""
+    global _installed
+    _installed = marks
+
+
+def running_task_code(task_id: str):
+    """Around the task's own code in a trusted process (its import, its reference's first run, its
+    shapes on the meta device): marked where a pool worker installed marks, else nothing."""
+    return _installed.preparing(task_id) if _installed is not None else contextlib.nullcontext()

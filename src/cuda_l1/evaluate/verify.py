@@ -6,6 +6,7 @@ Every finding is (check name, status it implies, plain-words reason).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -101,6 +102,8 @@ def _same_value(a, b) -> bool:
     OverflowError, and the parent's own failure left a wrong output unjudged."""
     if a == b:
         return True
+    if any(isinstance(v, float) and math.isinf(v) for v in (a, b)):  # inf - 5.0 <= 1e-6 * inf held
+        return False
     if isinstance(a, (int, float)) and isinstance(b, float) and not isinstance(a, bool):
         try:
             return abs(a - b) <= 1e-6 * max(1.0, abs(b)) or (a != a and b != b)

@@ -1,4 +1,4 @@
-"""A deadline on a task's own code where it runs in a trusted process.
+"""A deadline on a task's own code where it runs in a trusted process's main thread.
 
 The evaluator imports the task's module, builds its model and inputs and runs its reference once in
 its own process (the inputs of every round are made there), and `tasks show` and the reference
@@ -6,21 +6,23 @@ checks of `bench` and `audit` do the same. A task file that sleeps, waits for in
 at import hung the whole command, with no deadline: `--timeout` bounds a candidate's evaluation, not
 the task's preparation. Past `seconds`, the task is reported broken (a TaskError naming its file).
 
-How the code is stopped:
-- on the main thread, a signal of our own is sent to it: a blocking call (sleep, a read) is
-  interrupted and a Python loop stops at its next instruction;
-- on another thread (a GPU worker prepares tasks ahead on helper threads), an asynchronous exception
-  is set on it: a Python loop stops, but a call blocked in C returns first. That is the limit.
+How the code is stopped: a real-time signal of the evaluator's own is sent to the main thread, whose
+handler raises inside the task's code; a blocking call (a sleep, a read) is interrupted and a Python
+loop stops at its next instruction. The handler never raises once the block has ended, nor while
+this module's own code runs (entering or leaving the block), so no stop lands in other code. The
+stop derives from BaseException, so a task's `except Exception` does not swallow it; it is sent
+again every second, but a bare `except:` around a loop swallows every one.
 
-Code running inside one of torch's C++ operators is never interrupted: it is stopped when the
-operator returns. The exception derives from BaseException, so a task's `except Exception` does not
-swallow it; it is sent again every second, but a bare `except:` around a loop swallows every one.
+Limits: code inside one of torch's operators is stopped when the operator returns. On other threads
+(a GPU worker prepares tasks ahead on helper threads) nothing is interrupted: an exception raised
+asynchronously in another thread can land after its block has ended, in code that is not the
+task's; there the worker's own wait for a task being prepared is bounded instead (jobs.Evaluators).
+Where the platform has no real-time signals, nothing is interrupted either (SIGALRM belongs to
+whatever else runs in the process, pytest-timeout among them).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import math
 import signal
 import threading
@@ -28,68 +30,76 @@ import threading
 from cuda_l1.errors import TaskError
 
 DEFAULT_TASK_TIMEOUT_S = 300.0
-RESEND_S = 1.0  # after the deadline, how often the stop is sent again (a bare `except:` swallowed one)
-# A real-time signal of our own: SIGALRM belongs to whatever else runs in the process (pytest-timeout).
-_SIGNAL = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else signal.SIGALRM
+RESEND_S = 1.0  # after the deadline, how often the stop is sent again (an `except Exception` swallowed one)
+_SIGNAL = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else None
 
 
 class _Expired(BaseException):
-    """Raised inside the task's code at its deadline; becomes a TaskError at the deadline's edge."""
+    """Raised inside the task's code at its deadline; a TaskError at the deadline's edge."""
 
 
-_armed: set[int] = set()  # thread idents whose deadline has passed and is still in force
-_lock = threading.Lock()
+class _Deadline:
+    """One block's deadline (main thread only)."""
+
+    def __init__(self, seconds: float, what: str, origin: str):
+        self.seconds, self.what, self.origin = seconds, what, origin
+        self.passed = False  # the deadline has passed: the handler may raise
+        self.done = False  # the block has ended: the handler never raises again
+        self.wake = threading.Event()
+
+    def watch(self) -> None:
+        wait = self.seconds
+        while not self.wake.wait(wait) and not self.done:
+            self.passed = True
+            signal.pthread_kill(threading.main_thread().ident, _SIGNAL)
+            wait = RESEND_S
+
+
+_current: _Deadline | None = None  # the main thread's block under a deadline (blocks do not nest)
 
 
 def _on_signal(signum, frame) -> None:
-    with _lock:
-        expired = threading.get_ident() in _armed
-    if expired:
-        raise _Expired()
-
-
-def _stop(ident: int, main: bool) -> None:
-    if main:
-        signal.pthread_kill(ident, _SIGNAL)
-    else:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Expired))
-
-
-@contextlib.contextmanager
-def task_deadline(seconds: float | None, what: str, origin: str):
-    """Run the block (the task's own code) for at most `seconds`; past it, raise TaskError saying that
-    `what` ("importing the task", "its reference's first run") took too long. None or <= 0: no limit."""
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        yield
+    deadline = _current
+    if deadline is None or deadline.done or not deadline.passed:
         return
-    ident = threading.get_ident()
-    main = threading.current_thread() is threading.main_thread()
-    finished = threading.Event()
-    if main:  # for good: a stop sent just as the block ended must never meet the default action (exit)
-        signal.signal(_SIGNAL, _on_signal)
+    while frame is not None:  # this module's own code (entering, leaving) is never interrupted
+        if frame.f_code.co_filename == __file__:
+            return
+        frame = frame.f_back
+    raise _Expired()
 
-    def watch() -> None:
-        wait = seconds
-        while not finished.wait(wait):
-            with _lock:
-                if finished.is_set():
-                    return
-                _armed.add(ident)
-                _stop(ident, main)
-            wait = RESEND_S
 
-    watcher = threading.Thread(target=watch, name="cuda-l1-task-deadline", daemon=True)
-    watcher.start()
-    try:
-        yield
-    except _Expired:
-        raise TaskError(f"{what} ran past its deadline of {seconds:g} s (a task's own code must finish; "
-                        "does it sleep, wait for input or loop forever?)", path=origin) from None
-    finally:
-        with _lock:
-            finished.set()
-            if ident in _armed:
-                _armed.discard(ident)
-                if not main:  # a stop sent but not yet raised is withdrawn
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
-        watcher.join()
+class task_deadline:  # noqa: N801 - used as a context manager, like contextlib's
+    """Run the block (the task's own code) for at most `seconds`; past it, raise TaskError saying that
+    `what` ("importing the task", "the reference's first run") took too long. None or <= 0, another
+    thread than the main one, a block inside another's, or no real-time signals: no limit."""
+
+    def __init__(self, seconds: float | None, what: str, origin: str):
+        self.deadline: _Deadline | None = None
+        if (seconds is None or not math.isfinite(seconds) or seconds <= 0 or _SIGNAL is None or _current is not None
+                or threading.current_thread() is not threading.main_thread()):
+            return
+        self.deadline = _Deadline(seconds, what, origin)
+
+    def __enter__(self) -> "task_deadline":
+        global _current
+        if self.deadline is None:
+            return self
+        signal.signal(_SIGNAL, _on_signal)  # for good: a late stop must never meet the default action
+        _current = self.deadline
+        threading.Thread(target=self.deadline.watch, name="cuda-l1-task-deadline", daemon=True).start()
+        return self
+
+    def __exit__(self, kind, value, traceback) -> bool:
+        global _current
+        deadline = self.deadline
+        if deadline is None:
+            return False
+        deadline.done = True  # from here no stop is raised (and this frame is this module's)
+        deadline.wake.set()
+        _current = None
+        if kind is _Expired:
+            raise TaskError(f"{deadline.what} ran past its deadline of {deadline.seconds:g} s (a task's own code "
+                            "must finish; does it sleep, wait for input or loop forever?)", path=deadline.origin) from None
+        return False
+

@@ -215,7 +215,7 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
         raise TaskError("Model.forward(*get_inputs()) returned a structure nested too deeply to compare",
                         path=origin) from None
     for index, leaf in enumerate(leaves):
-        unusable = _unusable_tensor(leaf) if isinstance(leaf, torch.Tensor) else (
+        unusable = _unusable_tensor(leaf, output=True) if isinstance(leaf, torch.Tensor) else (
             "" if _is_wire_scalar(leaf) else f"a {type(leaf).__name__}")
         if unusable:  # no candidate could match it: the task's fault, not the candidate's
             raise TaskError(f"Model.forward(*get_inputs()) returned {unusable} as output {index}; outputs must be "
@@ -223,18 +223,20 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     return sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
 
 
-def _unusable_tensor(value, on_meta: bool = False) -> str:
+def _unusable_tensor(value, on_meta: bool = False, output: bool = False) -> str:
     """Why a tensor cannot be an argument or an output compared by value ("" when it can)."""
     import torch
 
     if value.layout != torch.strided:
         return f"a {str(value.layout).replace('torch.', '')} tensor"
+    if value.device.type == "meta" and not on_meta:
+        return "a tensor on the meta device (no values)"
+    if not output:  # an input is copied by value into the sides' slots: a plain tensor there
+        return ""
     if type(value) is not torch.Tensor:  # a side describes no other type by its memory: never compared
         return f"a {type(value).__name__} (a tensor subclass: return a plain tensor, e.g. .as_subclass(torch.Tensor))"
     if value.is_conj() or value.is_neg():  # its memory holds other values than it has
         return "a lazily conjugated or negated view (return .resolve_conj() or .resolve_neg())"
-    if value.device.type == "meta" and not on_meta:
-        return "a tensor on the meta device (no values)"
     return ""
 
 
