@@ -14,6 +14,7 @@ from cuda_l1.bench import run_bench
 from cuda_l1.errors import BrokenTask, TaskError, UserError
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.evaluator import Evaluator
+from cuda_l1.evaluate.jobs import Evaluators
 from cuda_l1.tasks import make_task
 from cuda_l1.tasks.deadline import task_deadline
 from cuda_l1.tasks.runtime import check_reference, describe_task
@@ -75,6 +76,50 @@ def test_a_helper_thread_is_never_interrupted():
     thread.start()
     thread.join(10)
     assert outcome == ["finished"]
+
+
+def test_a_worker_waits_a_bounded_time_for_a_task_another_thread_prepares():
+    """Where the deadline interrupts nothing (a helper thread), a task whose preparation never ends
+    must not hold the worker for good: a second caller of the same task waits `wait_s`, then gets
+    BrokenTask, while the preparing thread goes on."""
+    task = _task()
+    started, release = threading.Event(), threading.Event()
+    prepared = object()
+
+    def make(_task):
+        started.set()
+        release.wait(30)  # the task's own code, stuck until the test lets it go
+        return prepared
+
+    evaluators = Evaluators(make, wait_s=0.5)
+    preparer_got, waiter_got = [], []
+    preparer = threading.Thread(target=lambda: preparer_got.append(evaluators.get(task)))
+
+    def wait_for_it():
+        try:
+            waiter_got.append(evaluators.get(task))
+        except BrokenTask as exc:
+            waiter_got.append(exc)
+
+    waiter = threading.Thread(target=wait_for_it)
+    try:
+        preparer.start()
+        assert started.wait(10)
+        began = time.monotonic()
+        waiter.start()
+        waiter.join(10)
+        waited = time.monotonic() - began
+        assert not waiter.is_alive() and len(waiter_got) == 1
+        assert isinstance(waiter_got[0], BrokenTask)
+        assert "hangs.py: preparing the task on another thread took longer than" in str(waiter_got[0])
+        assert 0.4 <= waited < 5
+        assert preparer.is_alive() and preparer_got == []  # its preparation goes on, undisturbed
+    finally:
+        release.set()
+        preparer.join(10)
+        waiter.join(10)
+    assert preparer_got == [prepared]
+    assert evaluators.get(task) is prepared  # prepared once, then held for later callers
 
 
 def test_no_stop_lands_after_its_block_has_ended():

@@ -33,9 +33,9 @@ import time
 from concurrent.futures import Future
 
 from cuda_l1.errors import BrokenTask
+from cuda_l1.evaluate import task_marks
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
-from cuda_l1.evaluate import task_marks
 from cuda_l1.evaluate.task_marks import PreparingMarks
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.evaluate.worker_slots import exit_text, visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
@@ -341,12 +341,13 @@ class LocalPool(EvalPool):
         uncounted, and a task that did it `max_attempts` times fails every job of it as BrokenTask."""
         if len(preparing) != 1:  # none, or two at once (helper threads): whose it was is not known
             return False
-        for task_id in preparing:
-            self._task_deaths[task_id] = self._task_deaths.get(task_id, 0) + 1
-        broken = {t for t in preparing if self._task_deaths[t] >= self.max_attempts}
+        task_id = preparing[0]
+        self._task_deaths[task_id] = self._task_deaths.get(task_id, 0) + 1
+        broken = self._task_deaths[task_id] >= self.max_attempts
         with self._lock:
             self._pending[:0] = [j for j in sent if j in self._futures]
-            doomed = [j for j in self._pending if j in self._futures and self._futures[j][1].task.id in broken]
+            doomed = [j for j in self._pending
+                      if broken and j in self._futures and self._futures[j][1].task.id == task_id]
             self._pending = [j for j in self._pending if j not in doomed]
             for job_id in doomed:
                 self._first.pop(job_id, None)

@@ -41,6 +41,11 @@ _CHUNK = 1 << 24  # elements compared at a time: float64 temporaries stay bounde
 PROMOTES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16})
 
 
+def _exact(t: torch.Tensor) -> bool:
+    """Integer and bool outputs are compared exactly (as the oracle round does), never through float64."""
+    return not (t.is_floating_point() or t.is_complex())
+
+
 def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.reshape(-1)
 
@@ -63,7 +68,7 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
     comparing for minutes past --timeout)."""
     if cand.shape != ref.shape:
         return Comparison(False, f"shape {list(cand.shape)} != reference {list(ref.shape)}")
-    if not (ref.is_floating_point() or ref.is_complex()):
+    if _exact(ref):
         ok = torch.equal(cand.to(ref.dtype), ref)
         return Comparison(ok, "exact match" if ok else "integer/bool values differ from the reference")
     if cand.numel() == 0:

@@ -50,7 +50,7 @@ class RoundInputs:
         return self.values[slot]
 
 
-def _same_value(a, b) -> bool:
+def _same_input_value(a, b) -> bool:
     """A scalar input is the same from one seed to the next; NaN too (it equals nothing, itself included:
     a task with a constant NaN argument was refused as changing its values)."""
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
@@ -90,7 +90,7 @@ class InputSource:
         if len(values) != len(self.slot_specs) or any(
                 (spec.kind == "tensor") != isinstance(v, torch.Tensor)
                 or (isinstance(v, torch.Tensor) and (list(v.shape) != spec.shape or _dtype_name(v) != spec.dtype))
-                or (not isinstance(v, torch.Tensor) and not _same_value(v, spec.value))
+                or (not isinstance(v, torch.Tensor) and not _same_input_value(v, spec.value))
                 for spec, v in zip(self.slot_specs, values)):
             raise TaskError("get_inputs() returns inputs of different shapes, dtypes or values from one seed to "
                             "the next; the evaluator needs one fixed signature per task", path=self.origin)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, compare
+from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, _exact, compare
 from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef, LeafVerdict
 from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 
@@ -206,6 +206,7 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
     if not items:
         return []
     device = items[0][1].device
+    exacts = [_exact(ref) for _, ref, *_ in items]  # once per output: integers and bools, compared exactly
     draws, cand_pos, ref_pos = [], [], []
     for cand, ref, count, rng, _ in items:
         flat = [rng.randrange(ref.numel()) for _ in range(count)] if ref.numel() else []
@@ -214,12 +215,12 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
         ref_pos += _storage_positions(ref, flat)
     index = torch.tensor([cand_pos, ref_pos], dtype=torch.int64).to(device)
     gathered, start = [], 0
-    for (cand, ref, *_), n in zip(items, draws):
+    for (cand, ref, *_), n, exact in zip(items, draws, exacts):
         if not n:  # nothing to look at (an empty output: its tensor may live on another device)
             continue
         wide = torch.complex128 if cand.is_complex() or ref.is_complex() else torch.float64
         picks = [index[0, start:start + n], index[1, start:start + n]]
-        if _exact(ref):  # int64 in float64 loses values past 2**53: its two 32-bit halves, each exact
+        if exact:  # int64 in float64 loses values past 2**53: its two 32-bit halves, each exact
             pair = torch.stack([_flat_storage(t)[i.to(t.device)].to(device=device, dtype=torch.int64)
                                 for t, i in zip((cand, ref), picks)])
             gathered.append(torch.stack([pair >> 32, pair & 0xFFFFFFFF], dim=-1).reshape(2, -1).to(torch.float64))
@@ -231,14 +232,14 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
         start += n
     values = torch.cat(gathered, dim=1).cpu() if gathered else None
     problems, start = [], 0
-    for (cand, ref, _, _, bound), n in zip(items, draws):
+    for (cand, ref, _, _, bound), n, exact in zip(items, draws, exacts):
         if not n:
             problems.append(None)
             continue
-        width = 2 * n if cand.is_complex() or ref.is_complex() or _exact(ref) else n
+        width = 2 * n if cand.is_complex() or ref.is_complex() or exact else n
         got, expect = values[0, start:start + width], values[1, start:start + width]
         start += width
-        if _exact(ref):
+        if exact:
             problems.append(None if torch.equal(got, expect) else
                             "differs from the reference at a checked position (integers, compared exactly)")
             continue
@@ -248,11 +249,6 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
         problems.append(None if worst is None else
                         f"differs from the reference by {worst:.3g} at a checked position (allowed {bound:.3g})")
     return problems
-
-
-def _exact(t: torch.Tensor) -> bool:
-    """Integer and bool outputs are compared exactly (as the oracle round does), never through float64."""
-    return not (t.is_floating_point() or t.is_complex())
 
 
 def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float,

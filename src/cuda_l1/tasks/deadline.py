@@ -30,7 +30,10 @@ import threading
 from cuda_l1.errors import TaskError
 
 DEFAULT_TASK_TIMEOUT_S = 300.0
-RESEND_S = 1.0  # after the deadline, how often the stop is sent again (an `except Exception` swallowed one)
+# After the deadline, how often the stop is sent again. The stop is a BaseException, so no
+# `except Exception` swallows it; a resend covers a signal handled while this module's own frames were
+# on the stack (the handler raises nothing there), and a bare `except:` in the task's code swallowing one.
+RESEND_S = 1.0
 _SIGNAL = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else None
 
 
@@ -76,13 +79,15 @@ class task_deadline:  # noqa: N801 - used as a context manager, like contextlib'
 
     def __init__(self, seconds: float | None, what: str, origin: str):
         self.deadline: _Deadline | None = None
-        if (seconds is None or not math.isfinite(seconds) or seconds <= 0 or _SIGNAL is None or _current is not None
+        if (seconds is None or not math.isfinite(seconds) or seconds <= 0 or _SIGNAL is None
                 or threading.current_thread() is not threading.main_thread()):
             return
         self.deadline = _Deadline(seconds, what, origin)
 
     def __enter__(self) -> "task_deadline":
         global _current
+        if _current is not None:  # inside another block under a deadline: this one has no limit
+            self.deadline = None
         if self.deadline is None:
             return self
         signal.signal(_SIGNAL, _on_signal)  # for good: a late stop must never meet the default action
