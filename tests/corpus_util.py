@@ -64,13 +64,14 @@ def cases(kind: str) -> list[Case]:
     return out
 
 
-def params(named: dict[str, Case]) -> list:
-    """pytest parameters for the cases in `named`, by name: a case whose header says `open:` is an
-    expected failure (not strict) with that reason, so a known gap stays visible in every run."""
+def params(named: dict[str, Case], by_name: bool = True) -> list:
+    """pytest parameters for the cases in `named`, by name (or in `named`'s order): a case whose header
+    says `open:` is an expected failure (not strict) with that reason, so a known gap stays visible in
+    every run."""
     import pytest
 
     return [pytest.param(name, marks=pytest.mark.xfail(reason=named[name].open_gap, strict=False))
-            if named[name].open_gap else name for name in sorted(named)]
+            if named[name].open_gap else name for name in (sorted(named) if by_name else named)]
 
 
 def substitutions(case: Case, tmp_path: Path, listener_port: int | None = None,

@@ -43,17 +43,34 @@ def gpu_config() -> EvalConfig:
                       sandbox=SandboxConfig(memory_bytes=12 * 2**30, max_processes=24))
 
 
+KEEP_EVALUATORS = 3  # as a worker does (jobs.Evaluators): every one kept holds its reference side's input slots
+
+
 def evaluator_for(case) -> Evaluator:
-    if case.reference not in _evaluators:
-        _evaluators[case.reference] = Evaluator(case.task(), gpu_config())
-    return _evaluators[case.reference]
+    """The evaluator of the case's reference, reused; the least recently used beyond KEEP_EVALUATORS is
+    closed. Kept without a bound, the evaluators of the corpus's references held their sides' input slots
+    (a fifth of the GPU each) and a later, honest candidate ran out of device memory on an 80 GB H100."""
+    evaluator = _evaluators.pop(case.reference, None)
+    if evaluator is None:
+        while len(_evaluators) >= KEEP_EVALUATORS:
+            _evaluators.pop(next(iter(_evaluators))).close()
+        evaluator = Evaluator(case.task(), gpu_config())
+    _evaluators[case.reference] = evaluator
+    return evaluator
+
+
+def by_reference(named: dict) -> dict:
+    """The cases grouped by reference, so that consecutive tests reuse one evaluator."""
+    return {name: named[name] for name in sorted(named, key=lambda name: (named[name].reference, name))}
 
 
 def check_case(case, verdict) -> None:
     summary = f"{verdict.status} {verdict.raw_speedup} {verdict.reasons} {[(c.name, c.passed, c.detail[:160]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
     if case.expect == "not_faster":
-        # Refused, or measured in full and then no faster than the reference.
-        assert verdict.status != "ok" or verdict.raw_speedup <= 1.1, summary
+        # Refused, or measured in full and then no faster than the reference: raw within 10%, or scored
+        # no faster (an interval that holds 1). Raw alone failed for code that gains nothing on a
+        # launch-bound task (timer_patch on an H100: raw 1.15, its interval from 0.97, scored 1.00).
+        assert verdict.status != "ok" or verdict.raw_speedup <= 1.1 or verdict.speedup <= 1.0, summary
         return
     assert case.expects(verdict.status), summary
     assert case.caught(verdict), summary
@@ -64,7 +81,7 @@ def check_case(case, verdict) -> None:
             assert verdict.raw_speedup <= case.bounds["speedup_at_most"], summary
 
 
-@pytest.mark.parametrize("name", params(GPU_CASES))
+@pytest.mark.parametrize("name", params(by_reference(GPU_CASES), by_name=False))
 def test_gpu_corpus(name, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
     case = GPU_CASES[name]
@@ -79,7 +96,7 @@ def _open_on_gpu(name: str) -> str | None:
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=_open_on_gpu(name), strict=False))
-                                  if _open_on_gpu(name) else name for name in sorted(CPU_ON_GPU)])
+                                  if _open_on_gpu(name) else name for name in by_reference(CPU_ON_GPU)])
 def test_cpu_corpus_on_gpu(name, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
     case = CPU_ON_GPU[name]
@@ -111,7 +128,7 @@ def test_next_candidate_is_judged_normally_after_a_gpu_fault(fault):
     health = bad.check("gpu_health_after")
     assert health is None or health.passed
     good = evaluator.evaluate(case.task().source.replace("class Model(", "class ModelNew("))
-    assert good.status == "ok", good.reasons
+    assert good.status == "ok", "\n".join(good.reasons)
 
 
 @pytest.mark.parametrize("name", ["identical_matmul", "identical_small_ops", "identical_relu_add"])

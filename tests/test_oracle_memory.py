@@ -87,7 +87,8 @@ def test_a_reference_sides_verification_ends_holding_no_oracle_memory():
     side.send = sent.append
     side.verify(_oracle_request("cuda", {0: None}))
     (reply,) = sent
-    assert reply.ok and reply.calls == [[protocol.LeafVerdict(True)]], reply
+    assert reply.ok and [[leaf.ok for leaf in call] for call in reply.calls] == [[True]], reply
+    assert reply.calls[0][0].compared, reply  # judged against the oracle, not waved through
     assert reply.spent_s["oracle"] > 0
     # the judge's own work may stay cached (chunks); the oracle's float64 input and output, 4 GiB, may not
     assert torch.cuda.memory_reserved() - before < (1 << 30), (before, torch.cuda.memory_reserved())

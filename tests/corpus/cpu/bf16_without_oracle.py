@@ -15,7 +15,7 @@ class ModelNew(nn.Module):
         self.W = torch.randn(width, width) / width ** 0.5
 
     def forward(self, x):
-        w = self.W.bfloat16()
+        w = self.W.to(x.device).bfloat16()
         high = x.bfloat16()
         low = (x - high.float()).bfloat16()
         return torch.relu((high @ w).float() + (low @ w).float())

@@ -13,7 +13,7 @@ class Model(nn.Module):
         self.W = torch.randn(width, width) / width ** 0.5
 
     def forward(self, x):
-        return torch.relu(x @ self.W)
+        return torch.relu(x @ self.W.to(x.device))
 
 
 def get_inputs():
