@@ -88,6 +88,8 @@ def main() -> None:
                        "reference_ms": verdict.reference_ms, "candidate_ms": verdict.candidate_ms,
                        "rounds": verdict.timing.get("rounds"), "calls_per_window": verdict.timing.get("calls_per_window"),
                        "window_overhead_ms": verdict.timing.get("window_overhead_ms"),
+                       "launch_share": verdict.timing.get("launch_share"),
+                       "process_spread": verdict.timing.get("process_spread"),
                        "replanned": verdict.timing.get("replanned"),
                        "failed_checks": failed,
                        # the whole reason where the verdict was unexpected (a traceback ends with its cause)

@@ -140,7 +140,14 @@ def test_identical_code_measures_one(name):
     finally:
         evaluator.close()
     assert verdict.status == "ok", verdict.reasons
-    assert abs(verdict.raw_speedup - 1.0) <= 0.05, verdict.timing
+    assert verdict.timing["launch_share"] is not None, verdict.timing
+    if name == "identical_small_ops":
+        # Launch-bound: the issuing process's own speed strays from one process to the next (0.95-1.13
+        # over six pairs on an H100), which the rounds cannot see and the wider spread absorbs.
+        assert verdict.timing["launch_share"] > 0.6 and verdict.timing["process_spread"] > 0.02, verdict.timing
+        assert abs(verdict.raw_speedup - 1.0) <= 0.15, verdict.timing
+    else:
+        assert abs(verdict.raw_speedup - 1.0) <= 0.05, verdict.timing
     assert verdict.speedup == 1.0 or abs(verdict.speedup - 1.0) <= 0.05
 
 

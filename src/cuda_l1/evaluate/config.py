@@ -88,8 +88,9 @@ class TimingConfig:
     process_spread: float | None = setting(None, "one standard deviation of identical code's log speedup from one "
                                            "pair of processes to the next (memory placement), which rounds within "
                                            "an evaluation cannot see: it widens the interval the score is taken "
-                                           "from. None: 0.0075 on a GPU, 0.04 on a CPU (measured with identical "
-                                           "code over the built-in suite; docs/timing.md)")
+                                           "from. None: 0.04 on a CPU; on a GPU 0.0075 for a forward the device "
+                                           "paces, moved toward 0.04 by how launch-bound the reference is "
+                                           "(measured with identical code; docs/timing.md)")
     remeasure_above: float = setting(3.0, "re-measure in a fresh process when the speedup exceeds this")
     decide_early: bool = setting(True, "stop once the interval is clear of every speedup the caller decides at "
                                  "(EvalJob.thresholds), after min_rounds")

@@ -250,6 +250,8 @@ class Evaluator:
             # `ci` holds the spread between processes too (timing.estimate); the rounds' own interval:
             verdict.timing["ci_within_rounds"] = [est.within_lo, est.within_hi]
             verdict.timing["process_spread"] = referee.spread
+            share = env.launch_share  # what moved the spread on a GPU (launch_share.py)
+            verdict.timing["launch_share"] = round(share, 3) if share is not None else None
             harness = env.ref.harness_per_call if env.ref is not None else ()
             # the reference's own harness work per call (timing.resolution_note's floor of a measured call)
             verdict.timing["reference_harness_us"] = round(timing.harness_call_s(harness) * 1e6, 2) if harness else None

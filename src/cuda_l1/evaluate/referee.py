@@ -35,7 +35,7 @@ class Referee:
         self.env = env  # task_env.TaskEnv: the reference's side, inputs, probe
         # speedups the caller decides at: timing may stop once the interval is clear of all of them
         self.thresholds = tuple(thresholds) if config.timing.decide_early else ()
-        self.spread = timing.process_spread(config)  # between processes: widens the interval (timing.estimate)
+        self.spread = timing.process_spread(config, env.launch_share)  # between processes: widens the interval
         self.stopped = ""  # why timing stopped (timing.stop_reason)
         self.at_overhead = {"reference": 0, "candidate": 0}  # recorded windows no longer than the overhead
         self.window_faults: dict[str, int] = {}  # minor faults inside each side's windows (process_counters)

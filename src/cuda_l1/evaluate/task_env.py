@@ -130,8 +130,8 @@ class TaskEnv:
                     module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}",
                                               timeout_s=config.task_timeout_s)
                     mark("module")
-                    output_bytes = run_reference_once(module, origin, self.device, mode=config.module_mode,
-                                                      timeout_s=config.task_timeout_s)
+                    first = run_reference_once(module, origin, self.device, mode=config.module_mode,
+                                               timeout_s=config.task_timeout_s, measure_launches=True)
             except TaskError as exc:
                 broken = str(exc)
             if self.device.startswith("cuda"):
@@ -147,7 +147,9 @@ class TaskEnv:
                 raise BrokenTask(broken)
             mark("reference_once")
             self.source = InputSource(module, self.device, origin)
-            self.n_slots = _slot_budget(config, self.source.input_bytes(), output_bytes)
+            self.n_slots = _slot_budget(config, self.source.input_bytes(), first.output_bytes)
+            # how far identical code strays between processes on this task (timing.process_spread)
+            self.launch_share = first.launch_share
             self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
                                      if self.device.startswith("cuda") else config.sandbox.memory_bytes)
             mark("input_source")

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
+from cuda_l1.evaluate.launch_share import spread_for
 from cuda_l1.evaluate.speedup_stats import conservative_speedup, speedup_ci, summarize
 
 
@@ -127,14 +128,21 @@ def overhead(null_windows: list[Window]) -> float:
     return min(w.wall_s for w in null_windows) if null_windows else 0.0
 
 
-PROCESS_SPREAD = {"cuda": 0.0075, "cpu": 0.04}  # TimingConfig.process_spread's defaults, by device kind
+# TimingConfig.process_spread's defaults: by device kind, and on a GPU for a forward the CPU paces
+# (launch_share.py), whose issuing process strays between processes as a CPU side does
+PROCESS_SPREAD = {"cuda": 0.0075, "cuda_launch_bound": 0.04, "cpu": 0.04}
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 
 
-def process_spread(config) -> float:
-    """TimingConfig.process_spread of an EvalConfig, its device's default when unset."""
+def process_spread(config, launch_share: float | None = None) -> float:
+    """TimingConfig.process_spread of an EvalConfig when set; else its device's default, on a GPU moved
+    toward the launch-bound one by the reference's launch share (None: not measured)."""
     spread = config.timing.process_spread
-    return spread if spread is not None else PROCESS_SPREAD["cuda" if config.device.startswith("cuda") else "cpu"]
+    if spread is not None:
+        return spread
+    if not config.device.startswith("cuda"):
+        return PROCESS_SPREAD["cpu"]
+    return spread_for(launch_share, PROCESS_SPREAD["cuda"], PROCESS_SPREAD["cuda_launch_bound"])
 
 
 @dataclass

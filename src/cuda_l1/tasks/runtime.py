@@ -11,6 +11,7 @@ import numbers
 import sys
 import traceback
 import types
+from dataclasses import dataclass
 from typing import Any
 
 from cuda_l1.errors import TaskError
@@ -178,17 +179,27 @@ def check_reference(task: Task, device: str = "cpu", seed: int = 0, mode: str = 
         sys.modules.pop(module.__name__, None)
 
 
+@dataclass(frozen=True)
+class FirstRun:
+    """What the reference's first run tells the evaluator."""
+
+    output_bytes: int  # the call's tensor outputs (what the input slots are budgeted on: see TaskEnv)
+    launch_share: float | None = None  # on a GPU, when asked: how launch-bound it is (launch_share.py)
+
+
 def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0,
-                       mode: str = "train", timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> int:
+                       mode: str = "train", timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S,
+                       measure_launches: bool = False) -> FirstRun:
     """check_reference on a loaded module: its inputs checked, its model built and called once on
-    `device`, in `mode` (inputs.build_model). A TaskError names `origin` and the line of the task's code
-    that failed. Returns the bytes of the call's tensor outputs (what the evaluator budgets input slots
-    on: see TaskEnv). All of it within `timeout_s`."""
+    `device`, in `mode` (inputs.build_model), and on a GPU with `measure_launches` a few calls more for
+    its launch share. A TaskError names `origin` and the line of the task's code that failed. All of it
+    within `timeout_s`."""
     with task_deadline(timeout_s, "the reference's first run (its inputs, its model, one forward)", origin):
-        return _run_reference_once(module, origin, device, seed, mode)
+        return _run_reference_once(module, origin, device, seed, mode, measure_launches)
 
 
-def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed: int, mode: str) -> int:
+def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed: int, mode: str,
+                        measure_launches: bool = False) -> FirstRun:
     import torch
 
     from cuda_l1.evaluate import inputs as inputs_mod
@@ -220,7 +231,19 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
         if unusable:  # no candidate could match it: the task's fault, not the candidate's
             raise TaskError(f"Model.forward(*get_inputs()) returned {unusable} as output {index}; outputs must be "
                             "dense tensors with values, or scalars (None, bool, int, float, str)", path=origin)
-    return sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
+    output_bytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
+    out = leaves = leaf = None  # no output of the first call held through the calls after it
+    if not (measure_launches and device.startswith("cuda")):
+        return FirstRun(output_bytes)
+    from cuda_l1.evaluate.launch_share import launch_share
+
+    try:
+        with torch.no_grad():
+            share = launch_share(lambda: model(*args), device)
+    except TASK_FAILURES as exc:  # it ran once: a second call failing is the task's fault all the same
+        raise TaskError(f"Model.forward(*get_inputs()) raised on a second call: {_where(exc, origin)}",
+                        path=origin) from None
+    return FirstRun(output_bytes, share)
 
 
 def _unusable_tensor(value, on_meta: bool = False, output: bool = False) -> str:
