@@ -878,3 +878,30 @@ def test_a_scalar_output_equals_an_infinity_only_if_it_is_that_infinity():
     assert _same_value(inf, inf) and _same_value(-inf, -inf)
     assert not _same_value(5.0, inf) and not _same_value(-inf, inf) and not _same_value(inf, 5.0)
     assert not _same_value(10**400, 2.0) and _same_value(2.0000000001, 2.0)
+
+
+def test_the_oracles_copy_holds_every_plain_tensor_attribute_in_float64():
+    """Module.double() converts parameters and buffers only; a weight kept as a plain attribute, alone
+    or in a list, tuple or dict, stayed float32 and the oracle failed on the mixed dtypes (its checks
+    then fell back to a 1e-2 tolerance)."""
+    import torch.nn as nn
+
+    from cuda_l1.evaluate.inputs import double_model
+
+    class Table(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("steps", torch.arange(3))
+            self.w = torch.randn(4, 4)
+            self.table = [torch.randn(4), (torch.randn(2), 3), {"bias": torch.randn(4)}]
+            self.index = torch.arange(4)
+
+    model = Table()
+    oracle = double_model(model, "cpu")
+    assert isinstance(oracle.lin.weight, nn.Parameter) and oracle.lin.weight.dtype == torch.float64
+    assert oracle.w.dtype == torch.float64
+    assert oracle.table[0].dtype == torch.float64 and oracle.table[2]["bias"].dtype == torch.float64
+    assert isinstance(oracle.table[1], tuple) and oracle.table[1][0].dtype == torch.float64 and oracle.table[1][1] == 3
+    assert oracle.index.dtype == torch.int64 and oracle.steps.dtype == torch.int64  # integers stay integers
+    assert model.w.dtype == torch.float32 and model.table[0].dtype == torch.float32  # the task's own model is untouched

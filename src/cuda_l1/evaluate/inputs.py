@@ -78,17 +78,38 @@ def to_double(value):
     return value
 
 
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")  # Module.double's and modules()' own
+
+
 def double_model(model, device: str):
     """The float64 copy of a model that the oracle runs: its parameters and buffers (Module.double), and
-    its plain tensor attributes too. A weight kept as a plain attribute stayed float32, the oracle
-    failed on the mixed dtypes, and every check of the task fell back to KernelBench's 1e-2
-    tolerance, which let bf16 arithmetic pass a float32 task."""
+    its plain tensor attributes too, alone or in lists, tuples and dicts. A weight kept as a plain
+    attribute stayed float32, the oracle failed on the mixed dtypes, and every check of the task fell
+    back to KernelBench's 1e-2 tolerance, which let bf16 arithmetic pass a float32 task."""
     model = copy.deepcopy(model).to(device).double()
     for module in model.modules():
         for name, value in list(vars(module).items()):
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-                object.__setattr__(module, name, to_double(value))
+            if name in _MODULE_TABLES:
+                continue
+            doubled = _doubled_attribute(value)
+            if doubled is not value:
+                object.__setattr__(module, name, doubled)
     return model
+
+
+def _doubled_attribute(value, depth: int = 0):
+    """A plain attribute with its tensors in float64: a tensor, or the lists, tuples and dicts holding
+    them (a table of weights kept in a list), rebuilt only where something changed. Parameters and
+    buffers are Module.double's; modules are visited on their own."""
+    if isinstance(value, torch.Tensor):
+        return value if isinstance(value, torch.nn.Parameter) else to_double(value)
+    if depth >= 8 or not isinstance(value, (list, tuple, dict)) or type(value) not in (list, tuple, dict):
+        return value
+    if isinstance(value, dict):
+        items = {key: _doubled_attribute(item, depth + 1) for key, item in value.items()}
+        return items if any(items[key] is not value[key] for key in value) else value
+    items = [_doubled_attribute(item, depth + 1) for item in value]
+    return type(value)(items) if any(new is not old for new, old in zip(items, value)) else value
 
 
 def flatten_outputs(out) -> tuple[object, list]:
