@@ -171,3 +171,20 @@ def test_a_worker_reports_a_hanging_task_as_bad_input(tmp_path):
         run_bench(str(folder), str(tmp_path / "run"), strategies=["eager"], levels=None, device="cpu",
                   config=dataclasses.replace(config), progress=False)
     assert time.monotonic() - started < 60
+
+
+def test_the_callers_reference_checks_and_the_memory_estimate_keep_the_configured_deadline():
+    """`eval`, `optimize`, `calibrate` and `bench --calibrate` check references with the config's
+    task_timeout_s, and a GPU worker's memory estimate runs the task's code within it too (both took
+    the 300 s default whatever was configured)."""
+    from cuda_l1.bench import check_references
+    from cuda_l1.devices import as_device
+    from cuda_l1.evaluate.device_room import DeviceRoom
+
+    task = _task(import_hang="time.sleep(10**6)")
+    started = time.monotonic()
+    with pytest.raises(TaskError, match="hangs.py: importing the task ran past its deadline of 1 s"):
+        check_references([task], as_device("cpu"), timeout_s=1.0)
+    room = DeviceRoom("cuda:0", free=lambda: 1 << 40, task_timeout_s=1.0)
+    assert room._need(task.source) == 0  # an estimate only: none for a task that hangs, and no hang
+    assert time.monotonic() - started < 10

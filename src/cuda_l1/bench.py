@@ -21,6 +21,7 @@ from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import REJUDGE_CHECK, Verdict
 from cuda_l1.progress import EvalProgress
 from cuda_l1.tasks import Task, for_device, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 from cuda_l1.tasks.loaders import first_tasks
 
 STORE_NAME = "history.sqlite"
@@ -197,10 +198,11 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
     return text
 
 
-def check_references(tasks: Iterable[Task], device: Device, mode: str = "train") -> dict:
+def check_references(tasks: Iterable[Task], device: Device, mode: str = "train",
+                     timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> dict:
     """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
     instead of as a failing verdict of each candidate: for callers of a few tasks (eval, optimize,
-    calibrate), in the module mode they judge in. Skipped for GPUs that only a cluster has. Returns
+    calibrate), in the module mode they judge in, each within `timeout_s` (EvalConfig.task_timeout_s). Skipped for GPUs that only a cluster has. Returns
     {"checked": how many ran, "seconds"}."""
     import time
 
@@ -213,7 +215,7 @@ def check_references(tasks: Iterable[Task], device: Device, mode: str = "train")
         return result
     started = time.perf_counter()
     for task in {task.id: task for task in tasks}.values():
-        check_reference(task, str(device), mode=mode)
+        check_reference(task, str(device), mode=mode, timeout_s=timeout_s)
         result["checked"] += 1
     if device.is_cuda and result["checked"]:
         torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers

@@ -95,7 +95,8 @@ def bench_command(
         calibrate = not (strategies_run and eager_is_the_noise_check(chosen))
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
         noise_tasks = select_tasks(for_device(tasks or source, target), level_set, limit)
-        check_references(pick_tasks(noise_tasks, 3), target, mode=config.module_mode)  # those it times, not all
+        # those it times, not all
+        check_references(pick_tasks(noise_tasks, 3), target, mode=config.module_mode, timeout_s=config.task_timeout_s)
         noise_check(noise_tasks, config, target, out, quiet=as_json, count=3)
     result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,
                        cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit,

@@ -75,7 +75,7 @@ def calibrate_command(
     target = parse_device(device)
     config = eval_config(target, "oracle", not full, timeout=timeout)
     tasks = pick_tasks(select_tasks(for_device(source, target), parse_levels(levels)), count)
-    check_references(tasks, target)
+    check_references(tasks, target, timeout_s=config.task_timeout_s)
     result = noise_check(tasks, config, target, out, quiet=as_json, count=count, quick=not full)
     if result is None:
         raise UserError("calibrate times on this host's devices; --device cuda needs a visible GPU here.")

@@ -120,7 +120,7 @@ def optimize_command(
                           strategies=_strategy_names(strategies), seed=seed)
     selectors = [t.strip() for t in (task_ids or "").split(",") if t.strip()]
     tasks = pick_tasks(select_tasks(for_device(source, target), level_set), selectors)
-    check_references(tasks, target, mode=evaluation.module_mode)
+    check_references(tasks, target, mode=evaluation.module_mode, timeout_s=evaluation.task_timeout_s)
     if calibrate is None:  # not asked either way: a run of eager is its own check
         calibrate = not eager_is_the_noise_check(config.strategies)
     if calibrate:

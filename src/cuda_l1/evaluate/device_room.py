@@ -13,10 +13,12 @@ in its own turn first retires every held reference that no queued job needs unti
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Callable, Iterable
 
 from cuda_l1.evaluate.task_marks import running_task_code
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 
 # What one evaluation of a task holds on the device, in multiples of one call's input and output
 # bytes. Inputs: a round's values as generated and packed, the two sides' input buffers, and the
@@ -29,13 +31,14 @@ OUTPUT_COPIES = 6
 HEADROOM_BYTES = 2 << 30  # the sides' own contexts and the caching allocators' slack
 
 
-def task_bytes(source: str) -> int:
+def task_bytes(source: str, timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> int:
     """Device bytes an evaluation of the task with this source is expected to hold (0 when its
-    shapes cannot be found on torch's meta device: such a task is not held back)."""
+    shapes cannot be found on torch's meta device: such a task is not held back). The task's code
+    runs within `timeout_s` (EvalConfig.task_timeout_s)."""
     from cuda_l1.tasks.runtime import TASK_FAILURES, meta_footprint
 
     try:
-        footprint = meta_footprint(source)
+        footprint = meta_footprint(source, timeout_s)
     except TASK_FAILURES:  # an estimate only: data-dependent shapes, explicit devices, a task's sys.exit()
         return 0
     return INPUT_COPIES * footprint["input_bytes"] + OUTPUT_COPIES * footprint["output_bytes"]
@@ -46,10 +49,10 @@ class DeviceRoom:
     tests and other devices)."""
 
     def __init__(self, device: str, free: Callable[[], int] | None = None,
-                 need: Callable[[str], int] | None = None):
+                 need: Callable[[str], int] | None = None, task_timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S):
         self.device = device
         self._free = free or self._cuda_free
-        self._need = need or task_bytes
+        self._need = need or functools.partial(task_bytes, timeout_s=task_timeout_s)
         self._needs: dict[str, int] = {}
         self._seen: dict[str, int] = {}  # task id -> device bytes an evaluation held (remember)
         self._lock = threading.Lock()
@@ -90,7 +93,7 @@ class DeviceRoom:
         torch.cuda.empty_cache()
 
 
-def room_for(device: str) -> DeviceRoom | None:
+def room_for(device: str, task_timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> DeviceRoom | None:
     """The room of a worker's device: none to watch on a CPU, where inputs are host memory that the
     sides' own limits count."""
-    return DeviceRoom(device) if device.startswith("cuda") else None
+    return DeviceRoom(device, task_timeout_s=task_timeout_s) if device.startswith("cuda") else None

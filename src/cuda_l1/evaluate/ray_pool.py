@@ -53,7 +53,7 @@ class EvalWorker:
         # Ray pins the actor's GPU through CUDA_VISIBLE_DEVICES, so "cuda" here is that one GPU.
         self.device = "cuda" if device.startswith("cuda") else "cpu"
         self.config = dataclasses.replace(config, device=self.device)
-        self.evaluators = Evaluators(self._make, room=room_for(self.device))
+        self.evaluators = Evaluators(self._make, room=room_for(self.device, config.task_timeout_s))
         self.supply = None  # fresh sides shared by this actor's evaluators (side_supply.py)
         from cuda_l1.evaluate.probe import probe_ahead
 

@@ -303,11 +303,11 @@ def describe_task(task: Task, on_meta: bool = False, timeout_s: float | None = D
     }
 
 
-def meta_footprint(source: str) -> dict[str, int]:
+def meta_footprint(source: str, timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> dict[str, int]:
     """Elements and bytes of a task's inputs and outputs and its parameter count, with forward run on
     torch's meta device: shapes only, no memory (how GPU sizes are checked on a machine without one)."""
     module = types.ModuleType("task_footprint")
-    with task_deadline(DEFAULT_TASK_TIMEOUT_S, "the task's shapes on the meta device", "<task>"):
+    with task_deadline(timeout_s, "the task's shapes on the meta device", "<task>"):
         exec(compile(source, "<task>", "exec"), module.__dict__)
         return module_footprint(module)
 
