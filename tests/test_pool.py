@@ -370,14 +370,29 @@ def test_ray_pool_stops_the_instance_it_started(tmp_path):
     assert "status ok initialized False" in proc.stdout
 
 
-@pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)"])
+SECOND_INPUTS_END = """CALLS = [0]
+
+
+def get_inputs():
+    CALLS[0] += 1
+    if CALLS[0] == 2:  # the first: the reference's first run; the second: the inputs' layout
+        os._exit(3)
+    return [torch.randn(64)]
+"""
+
+
+@pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)", "get_inputs"])
 def test_a_task_that_ends_its_worker_is_bad_input_not_the_candidates_failure(tasks, ending):
-    """A task whose import ends the process killed its worker twice, and the candidate was stored as a
-    runtime_error. The worker marks the task it prepares; a death then is the task's: BrokenTask, and
-    the pool goes on with the other tasks."""
+    """A task whose import (or second get_inputs call) ends the process killed its worker twice, and
+    the candidate was stored as a runtime_error. The worker marks the task's code while it runs it; a
+    death then is the task's: BrokenTask, and the pool goes on with the other tasks."""
     from cuda_l1.errors import BrokenTask
 
-    source = tasks["scale"].source.replace("import os\n", f"import os\nimport signal\n{ending}\n", 1)
+    if ending == "get_inputs":
+        source = tasks["scale"].source.replace("def get_inputs():\n    return [torch.randn(64)]\n", SECOND_INPUTS_END)
+        assert source != tasks["scale"].source
+    else:
+        source = tasks["scale"].source.replace("import os\n", f"import os\nimport signal\n{ending}\n", 1)
     exiting = make_task(source, name="ends", level=1, origin="ends.py")
     with open_pool("local", workers=1) as pool:
         bad = pool.submit(EvalJob(exiting, candidate("scale", "correct")))

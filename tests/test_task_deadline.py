@@ -188,3 +188,89 @@ def test_the_callers_reference_checks_and_the_memory_estimate_keep_the_configure
     room = DeviceRoom("cuda:0", free=lambda: 1 << 40, task_timeout_s=1.0)
     assert room._need(task.source) == 0  # an estimate only: none for a task that hangs, and no hang
     assert time.monotonic() - started < 10
+
+
+WATCHED = '''
+import multiprocessing, threading, time
+from cuda_l1.evaluate import task_marks
+
+marks = task_marks.PreparingMarks(multiprocessing.get_context("spawn"))
+task_marks.install(marks)
+
+
+def task_code():
+    with task_marks.running_task_code("hangs", limit_s=LIMIT):
+        time.sleep(SLEEP)
+
+
+if ON_MAIN:
+    task_code()
+else:
+    helper = threading.Thread(target=task_code, daemon=True)
+    helper.start()
+    helper.join()
+print("ended", marks.read())
+'''
+
+
+def _watched(limit_s: float, sleep_s: float, on_main: bool = False):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import cuda_l1
+
+    script = (WATCHED.replace("LIMIT", repr(limit_s)).replace("SLEEP", repr(sleep_s))
+              .replace("ON_MAIN", repr(on_main)))
+    env = {"PYTHONPATH": str(Path(cuda_l1.__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    return proc, time.monotonic() - started
+
+
+def test_a_task_stuck_on_a_workers_helper_thread_ends_the_worker_with_its_mark_standing():
+    """No deadline interrupts a helper thread, and one stuck in a task's code held the device gate
+    and the locks the worker's every window needs: the worker hung for good. Past its limit the block
+    ends the worker instead, its mark left for the pool to charge the task."""
+    from cuda_l1.evaluate.task_marks import STUCK_EXIT
+
+    proc, took = _watched(limit_s=1.0, sleep_s=60)
+    assert proc.returncode == STUCK_EXIT and "ended" not in proc.stdout, (proc.returncode, proc.stderr)
+    assert "task hangs's own code ran past 1 s on a helper thread" in proc.stderr
+    assert took < 30
+    # A block that ends in time, and the main thread (whose own deadlines interrupt it), go on.
+    proc, _ = _watched(limit_s=5.0, sleep_s=0.2)
+    assert proc.returncode == 0 and "ended []" in proc.stdout, proc.stderr
+    proc, _ = _watched(limit_s=0.3, sleep_s=1.0, on_main=True)
+    assert proc.returncode == 0 and "ended []" in proc.stdout, proc.stderr
+
+
+def test_a_hanging_memory_estimate_holds_up_no_other_task():
+    """A GPU worker's memory estimate runs a task's module on a helper thread; it held the room's lock
+    meanwhile, and the main thread's estimate of any other task waited on it with no bound."""
+    import math
+
+    from cuda_l1.evaluate.device_room import DeviceRoom
+
+    release = threading.Event()
+
+    def need(source: str) -> int:
+        if "10**6" in source:
+            release.wait(30)
+        return 7
+
+    room = DeviceRoom("cuda:0", free=lambda: 1 << 40, need=need)
+    hanging, plain = _task(import_hang="time.sleep(10**6)", name="stuck"), _task(name="plain")
+    estimating = threading.Thread(target=room.need, args=(hanging,))
+    try:
+        estimating.start()
+        time.sleep(0.2)
+        began = time.monotonic()
+        assert room.need(plain) == 7
+        assert time.monotonic() - began < 2
+    finally:
+        release.set()
+        estimating.join(10)
+    assert room.need(hanging) == 7  # known once it ended
+    # An infinite task_timeout_s is no limit, not an overflow in a worker's bounded wait.
+    assert Evaluators(lambda task: object(), wait_s=2 * math.inf + 900).wait_s is None

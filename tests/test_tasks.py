@@ -238,3 +238,37 @@ def get_init_inputs():
     verdict = evaluate(make_task(reference, name="nan_fill", level=1, origin="nan_fill.py"), candidate,
                        EvalConfig(device="cpu", timing=TimingConfig(enabled=False), correctness_trials=2))
     assert verdict.status == "ok", verdict.reasons
+
+
+def test_a_lazily_conjugated_or_negated_input_is_copied_by_its_values():
+    """Inputs are copied by value into the sides' slots; a lazily conjugated (or negated) input was
+    accepted by the reference check and then failed every candidate's evaluation (a conjugate view
+    cannot be viewed as bytes)."""
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import evaluate
+    from cuda_l1.tasks import make_task
+
+    reference = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, z, w):
+        return (z * 2).imag + w
+
+
+def get_inputs():
+    z = torch.randn(64, dtype=torch.complex64)
+    return [z.conj(), torch.randn(64)._neg_view()]
+
+
+def get_init_inputs():
+    return []
+'''
+    candidate = reference.replace("class Model(", "class ModelNew(").split("def get_inputs")[0]
+    wrong = candidate.replace("(z * 2).imag", "(z.conj() * 2).imag")  # the conjugate of what it was given
+    config = EvalConfig(device="cpu", timing=TimingConfig(enabled=False), correctness_trials=2)
+    task = make_task(reference, name="conj_input", level=1, origin="conj_input.py")
+    assert evaluate(task, candidate, config).status == "ok"
+    assert evaluate(task, wrong, config).status == "incorrect"

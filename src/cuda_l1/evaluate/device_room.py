@@ -14,10 +14,11 @@ in its own turn first retires every held reference that no queued job needs unti
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from typing import Callable, Iterable
 
-from cuda_l1.evaluate.task_marks import running_task_code
+from cuda_l1.evaluate.task_marks import GRACE_S, running_task_code
 from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 
 # What one evaluation of a task holds on the device, in multiples of one call's input and output
@@ -53,6 +54,7 @@ class DeviceRoom:
         self.device = device
         self._free = free or self._cuda_free
         self._need = need or functools.partial(task_bytes, timeout_s=task_timeout_s)
+        self.task_timeout_s = task_timeout_s if task_timeout_s is not None else math.inf
         self._needs: dict[str, int] = {}
         self._seen: dict[str, int] = {}  # task id -> device bytes an evaluation held (remember)
         self._lock = threading.Lock()
@@ -64,9 +66,12 @@ class DeviceRoom:
 
     def need(self, task) -> int:
         with self._lock:
-            if task.id not in self._needs:
-                with running_task_code(task.id):  # executes the task's module (task_marks.py)
-                    self._needs[task.id] = self._need(task.source)
+            known = self._needs.get(task.id)
+        if known is None:  # the task's module runs with no lock held: a hanging one holds up no other thread
+            with running_task_code(task.id, limit_s=self.task_timeout_s + GRACE_S):  # task_marks.py
+                known = self._need(task.source)
+        with self._lock:
+            self._needs.setdefault(task.id, known)
             return max(self._needs[task.id], self._seen.get(task.id, 0))
 
     def free(self) -> int:

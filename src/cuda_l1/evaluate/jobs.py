@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import math
 import queue
 import threading
 import time
@@ -93,7 +94,7 @@ class Evaluators:
         self.keep = max(1, keep)
         # How long to wait for a task another thread prepares: a task's code on a helper thread cannot
         # be interrupted (tasks/deadline.py), and one that never ends would hold this worker for good.
-        self.wait_s = wait_s
+        self.wait_s = wait_s if wait_s is not None and math.isfinite(wait_s) else None
         # On a GPU (device_room.DeviceRoom): a task prepared without room on the device for it first
         # retires every held evaluator that no busy task needs, and `fits` tells a load ahead to wait.
         self.room = room

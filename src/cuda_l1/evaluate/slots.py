@@ -74,7 +74,9 @@ class InputSource:
     def generate(self, seed: int | None) -> list:
         values = inputs_mod.make_inputs(self.module, seed, self.device)
         # Contiguous copies: the buffer layout is dense (a rare strided input becomes contiguous).
-        return [v.detach().contiguous() if isinstance(v, torch.Tensor) else v for v in values]
+        # A lazily conjugated or negated input is its values (inputs are copied by value): resolved.
+        return [v.detach().resolve_conj().resolve_neg().contiguous() if isinstance(v, torch.Tensor) else v
+                for v in values]
 
     def _layout(self, sample: list) -> tuple[list[LeafSpec], int]:
         specs, offset = [], 0

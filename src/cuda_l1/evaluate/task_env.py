@@ -25,10 +25,11 @@ from cuda_l1.evaluate.remote import RemoteMemory
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.sides import Side, load_side, mapped_inputs
-from cuda_l1.evaluate.task_marks import running_task_code
+from cuda_l1.evaluate.task_marks import GRACE_S, running_task_code
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.tasks import Task
-from cuda_l1.tasks.runtime import load_task_module, run_reference_once
+from cuda_l1.tasks.deadline import task_deadline
+from cuda_l1.tasks.runtime import TASK_FAILURES, load_task_module, run_reference_once
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -95,6 +96,16 @@ def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int) -> int
     return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * output_bytes, 1)))
 
 
+def _input_source(module, device: str, origin: str) -> InputSource:
+    """The task's inputs' source, which calls get_inputs() again: its failure is the task's."""
+    try:
+        return InputSource(module, device, origin)
+    except TaskError:
+        raise
+    except TASK_FAILURES as exc:
+        raise TaskError(f"get_inputs() raised on a later call: {type(exc).__name__}: {exc}"[:2000], path=origin) from None
+
+
 class TaskEnv:
     """What every evaluation of one task shares: the reference's side, the input source, the probe."""
 
@@ -126,12 +137,16 @@ class TaskEnv:
             # the data. (What fails later, in the sandbox, is the evaluation's failure: see start_reference.)
             broken = ""
             try:
-                with running_task_code(task.id):  # a death in it is the task's (task_marks.py)
+                # A death in it is the task's; on a helper thread, so is running past its three deadlines.
+                with running_task_code(task.id, limit_s=3 * config.task_timeout_s + GRACE_S):
                     module = load_task_module(task, module_name=f"cuda_l1_ref_{task.id}",
                                               timeout_s=config.task_timeout_s)
                     mark("module")
                     first = run_reference_once(module, origin, self.device, mode=config.module_mode,
                                                timeout_s=config.task_timeout_s, measure_launches=True)
+                    mark("reference_once")
+                    with task_deadline(config.task_timeout_s, "the task's inputs (get_inputs)", origin):
+                        self.source = _input_source(module, self.device, origin)
             except TaskError as exc:
                 broken = str(exc)
             if self.device.startswith("cuda"):
@@ -145,8 +160,6 @@ class TaskEnv:
                     torch.cuda.empty_cache()
             if broken:  # raised here, outside the handler: no traceback keeps the failed run's tensors
                 raise BrokenTask(broken)
-            mark("reference_once")
-            self.source = InputSource(module, self.device, origin)
             self.n_slots = _slot_budget(config, self.source.input_bytes(), first.output_bytes)
             # how far identical code strays between processes on this task (timing.process_spread)
             self.launch_share = first.launch_share
@@ -278,7 +291,8 @@ class TaskEnv:
 
     def fresh_inputs(self, count: int):
         """`count` calls' fresh inputs (inputs.RoundInputs), made on the device and synchronised."""
-        with self.supply.gate:  # a task prepared beside it seeds torch's generator (inputs.py)
+        # A task prepared beside it seeds torch's generator (inputs.py); get_inputs is the task's code.
+        with self.supply.gate, running_task_code(self.task.id):
             inputs, _ = self.source.fresh(count), self.sync()
         return inputs
 

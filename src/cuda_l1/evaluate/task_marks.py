@@ -8,18 +8,27 @@ uncounted, and a task that kills a worker twice is bad input (BrokenTask), like 
 
 Only the task's own code is marked (its import, its reference's first run, its shapes on the meta
 device): a mark around all of a task's preparation also covered the waits and side starts during
-which another candidate is judged. The marks live in shared memory written before the task's code runs, so they are there even when
-the process ends at once: a message on the pool's queue would be lost with the worker's feeder
-thread.
+which another candidate is judged. The marks live in shared memory written before the task's code
+runs, so they are there even when the process ends at once: a message on the pool's queue would be
+lost with the worker's feeder thread.
+
+On a helper thread no deadline can interrupt the task's code (tasks/deadline.py), and a helper stuck
+in it holds what the worker's every window needs (the device gate its preparation holds). There a
+block still running after its limit ends the worker (STUCK_EXIT) with its mark standing, so the pool
+charges the task as it does any death in its code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
+import os
 import threading
 
 SIZE = 1024  # bytes: room for dozens of task ids (12 hex characters each)
+GRACE_S = 60.0  # a watched block's limit beyond its code's own deadlines: the work between them
+STUCK_EXIT = 86  # the status of a worker ended because a task's code ran past its limit on a helper thread
 
 
 class PreparingMarks:
@@ -75,7 +84,33 @@ def install(marks: PreparingMarks | None) -> None:
     _installed = marks
 
 
-def running_task_code(task_id: str):
+def running_task_code(task_id: str, limit_s: float | None = None):
     """Around the task's own code in a trusted process (its import, its reference's first run, its
-    shapes on the meta device): marked where a pool worker installed marks, else nothing."""
-    return _installed.preparing(task_id) if _installed is not None else contextlib.nullcontext()
+    shapes on the meta device, its inputs): marked where a pool worker installed marks, else nothing.
+    In a worker, on a thread other than the main one, a block still running after `limit_s` ends the
+    worker (the main thread's own deadlines interrupt it instead)."""
+    if _installed is None:
+        return contextlib.nullcontext()
+    if limit_s is None or not math.isfinite(limit_s) or threading.current_thread() is threading.main_thread():
+        return _installed.preparing(task_id)
+    return _watched(_installed, task_id, limit_s)
+
+
+@contextlib.contextmanager
+def _watched(marks: PreparingMarks, task_id: str, limit_s: float):
+    finished = threading.Event()
+    watch = threading.Timer(limit_s, lambda: finished.is_set() or _end_worker(task_id, limit_s))
+    watch.daemon = True
+    with marks.preparing(task_id):
+        watch.start()
+        try:
+            yield
+        finally:
+            finished.set()
+            watch.cancel()
+
+
+def _end_worker(task_id: str, limit_s: float) -> None:
+    os.write(2, f"cuda-l1 worker: task {task_id}'s own code ran past {limit_s:.0f} s on a helper thread, which no "
+                f"deadline interrupts; this worker ends, and the pool charges the task\n".encode())
+    os._exit(STUCK_EXIT)

@@ -66,7 +66,7 @@ def _on_signal(signum, frame) -> None:
     if deadline is None or deadline.done or not deadline.passed:
         return
     while frame is not None:  # this module's own code (entering, leaving) is never interrupted
-        if frame.f_code.co_filename == __file__:
+        if frame.f_globals is globals():
             return
         frame = frame.f_back
     raise _Expired()
@@ -91,8 +91,13 @@ class task_deadline:  # noqa: N801 - used as a context manager, like contextlib'
         if self.deadline is None:
             return self
         signal.signal(_SIGNAL, _on_signal)  # for good: a late stop must never meet the default action
+        watcher = threading.Thread(target=self.deadline.watch, name="cuda-l1-task-deadline", daemon=True)
         _current = self.deadline
-        threading.Thread(target=self.deadline.watch, name="cuda-l1-task-deadline", daemon=True).start()
+        try:
+            watcher.start()
+        except BaseException:  # no watcher (no threads left): no limit, and none left set for later blocks
+            _current, self.deadline = None, None
+            raise
         return self
 
     def __exit__(self, kind, value, traceback) -> bool:
