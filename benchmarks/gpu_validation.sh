@@ -4,8 +4,8 @@
 # Steps (default: all, in this order):
 #   smoke       two verdicts (identical matmul, side-stream hiding) with their logs; the steps after it
 #               are skipped when identical code is not accepted, since nothing else could be judged
-#   gpu-tests   the GPU-marked evaluator tests (the oracle's memory, adversarial corpus on the GPU, faults, identical code,
-#               builds, probe trials forked from the fork server)
+#   gpu-tests   the GPU-marked evaluator tests (builds, the launch share, the oracle's memory, probe trials forked
+#               from the fork server, adversarial corpus on the GPU, faults, identical code; about 490 s on an H100)
 #   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each; GPU_CORPUS_NAMES: some, comma-separated)
 #   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing; CPU_CORPUS_NAMES: some)
 #   identical   identical code over the built-in suite (raw within 2% / scored 1.00)
@@ -140,8 +140,9 @@ for s in "${steps[@]}"; do
         tail -c 4000 "$out/smoke.log"
         exit 1
       fi ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
-        tests/test_oracle_memory.py tests/test_fork_server.py tests/test_adversarial_gpu.py tests/test_build.py ;;
+    gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 -rfEx \
+        tests/test_build.py tests/test_launch_share.py tests/test_oracle_memory.py tests/test_fork_server.py \
+        tests/test_adversarial_gpu.py ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
         ${GPU_CORPUS_NAMES:+--names "$GPU_CORPUS_NAMES"} --out "$out/gpu-corpus.jsonl" ;;
     cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
