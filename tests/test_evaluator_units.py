@@ -905,3 +905,33 @@ def test_the_oracles_copy_holds_every_plain_tensor_attribute_in_float64():
     assert isinstance(oracle.table[1], tuple) and oracle.table[1][0].dtype == torch.float64 and oracle.table[1][1] == 3
     assert oracle.index.dtype == torch.int64 and oracle.steps.dtype == torch.int64  # integers stay integers
     assert model.w.dtype == torch.float32 and model.table[0].dtype == torch.float32  # the task's own model is untouched
+
+
+def test_values_the_reference_gets_right_are_judged_by_themselves_too():
+    """The allowance is one absolute bound scaled by max|output|: a cumprod returning zeros after each
+    row's first 96 running products (each skipped value 100% wrong, all below 1.2e-8) passed it. Honest
+    variants pass: another algorithm (sums of logarithms), bf16 partial sums of a split-K matmul."""
+    from cuda_l1.evaluate.precision import GROSS_MIN, compare
+    from cuda_l1.evaluate.tolerance import ToleranceConfig
+
+    config, gen = ToleranceConfig(), torch.Generator().manual_seed(3)
+    x = torch.randn(128, 4000, generator=gen)
+    oracle, ref = torch.cumprod(x.double(), 1), torch.cumprod(x, 1)
+    truncated = torch.zeros_like(x)
+    truncated[:, :96] = torch.cumprod(x[:, :96], 1)
+    verdict = compare(truncated, ref, oracle, config)
+    assert not verdict.ok and "are off by more than 50% of their size" in verdict.detail, verdict
+    assert verdict.candidate_error < verdict.allowed_error  # what the max-scaled allowance alone let through
+    by_logs = torch.exp(torch.cumsum(torch.log(x.abs()), 1)) * torch.cumprod(torch.sign(x), 1)
+    assert compare(by_logs, ref, oracle, config).ok
+    # A handful of grossly wrong values (a few zeros where the reference has tiny products) is let be.
+    few = ref.clone()
+    few[0, 40:40 + GROSS_MIN] = 0
+    assert bool((ref[0, 40:40 + GROSS_MIN].abs() > 1e-30).all()) and compare(few, ref, oracle, config).ok
+    a = torch.randn(512, 1024, generator=gen).bfloat16()
+    b = torch.randn(1024, 512, generator=gen).bfloat16()
+    oracle, ref = a.double() @ b.double(), (a.float() @ b.float()).bfloat16()
+    split = torch.zeros(512, 512, dtype=torch.bfloat16)
+    for part in range(8):  # each partial sum rounded to bf16, then added in bf16
+        split = (split.float() + (a[:, part::8].float() @ b[part::8].float()).bfloat16().float()).bfloat16()
+    assert compare(split, ref, oracle, config).ok
