@@ -272,3 +272,34 @@ def get_init_inputs():
     task = make_task(reference, name="conj_input", level=1, origin="conj_input.py")
     assert evaluate(task, candidate, config).status == "ok"
     assert evaluate(task, wrong, config).status == "incorrect"
+
+
+def test_outputs_of_one_call_may_share_memory_where_the_references_do():
+    """A reference returning two views of one tensor is matched by a candidate doing the same (the
+    corpus's overlapping_outputs is refused: its reference's outputs are apart)."""
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import evaluate
+    from cuda_l1.tasks import make_task
+
+    reference = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = torch.tanh(x)
+        return y, y[16:], y
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+    candidate = reference.replace("class Model(", "class ModelNew(").split("def get_inputs")[0]
+    config = EvalConfig(device="cpu", timing=TimingConfig(enabled=False), correctness_trials=2)
+    verdict = evaluate(make_task(reference, name="views", level=1, origin="views.py"), candidate, config)
+    assert verdict.status == "ok", verdict.reasons

@@ -93,7 +93,34 @@ def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
     found = describe_mismatch(cand, ref)
     if any(aliases(leaf, input_handle, input_ranges) for leaf in cand.leaves):
         found.append(Finding("no_input_aliasing", REJECTED, "an output lies in the candidate's input buffer"))
+    # Outputs of one call in one memory (two views of one buffer) where the reference's are apart:
+    # less written than asked, and a caller changing one output would change the other.
+    extra = sorted(overlapping_outputs(cand) - overlapping_outputs(ref))
+    if extra:
+        first, second = extra[0]
+        found.append(Finding("output_ownership", REJECTED, f"outputs {first + 1} and {second + 1} of one call share "
+                             "memory, where the reference's do not"))
     return found
+
+
+MAX_PAIRS = 4096  # overlapping output pairs collected per call: enough to tell the two sides apart
+
+
+def overlapping_outputs(call: CallOutputs) -> set[tuple[int, int]]:
+    """Pairs (i, j), i < j, of one call's tensor outputs whose memory overlaps (sorted by address and
+    swept, comparing each output with those still open only)."""
+    spans = sorted((_span(leaf), index) for index, leaf in enumerate(call.leaves)
+                   if leaf.kind == "tensor" and leaf.numel())
+    pairs: set[tuple[int, int]] = set()
+    open_spans: list[tuple[str, int, int]] = []  # (allocation, end, output index)
+    for (alloc, lo, hi), index in spans:
+        open_spans = [span for span in open_spans if span[0] == alloc and span[1] > lo]
+        for _, _, other in open_spans:
+            pairs.add((min(other, index), max(other, index)))
+            if len(pairs) >= MAX_PAIRS:
+                return pairs
+        open_spans.append((alloc, hi, index))
+    return pairs
 
 
 def _same_value(a, b) -> bool:
