@@ -896,6 +896,7 @@ def test_the_oracles_copy_holds_every_plain_tensor_attribute_in_float64():
             self.w = torch.randn(4, 4)
             self.table = [torch.randn(4), (torch.randn(2), 3), {"bias": torch.randn(4)}]
             self.index = torch.arange(4)
+            self.weights = [nn.Parameter(torch.randn(4, 4))]  # not registered: Module.double skips it
 
     model = Table()
     oracle = double_model(model, "cpu")
@@ -903,6 +904,7 @@ def test_the_oracles_copy_holds_every_plain_tensor_attribute_in_float64():
     assert oracle.w.dtype == torch.float64
     assert oracle.table[0].dtype == torch.float64 and oracle.table[2]["bias"].dtype == torch.float64
     assert isinstance(oracle.table[1], tuple) and oracle.table[1][0].dtype == torch.float64 and oracle.table[1][1] == 3
+    assert isinstance(oracle.weights[0], nn.Parameter) and oracle.weights[0].dtype == torch.float64
     assert oracle.index.dtype == torch.int64 and oracle.steps.dtype == torch.int64  # integers stay integers
     assert model.w.dtype == torch.float32 and model.table[0].dtype == torch.float32  # the task's own model is untouched
 
@@ -935,3 +937,27 @@ def test_values_the_reference_gets_right_are_judged_by_themselves_too():
     for part in range(8):  # each partial sum rounded to bf16, then added in bf16
         split = (split.float() + (a[:, part::8].float() @ b[part::8].float()).bfloat16().float()).bfloat16()
     assert compare(split, ref, oracle, config).ok
+
+
+def test_outputs_of_one_call_overlapping_where_the_references_are_apart():
+    """Two overlapping views of one buffer where the reference's two outputs are apart: incorrect on a
+    CPU. On a GPU the reference's side describes no places (no handle, no address), so no finding."""
+    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+
+    n = 1 << 16
+
+    def leaf(device, offset, nbytes, address=0, handle=""):
+        return LeafRef("tensor", "Tensor", "float32", [2 * n], [1], offset, nbytes, device, address, handle, 0)
+
+    ref = CallOutputs(("tuple", 2), [leaf("cpu", 0, 8 * n, 1 << 20), leaf("cpu", 0, 8 * n, 1 << 24)])
+    views = CallOutputs(("tuple", 2), [leaf("cpu", 0, 12 * n, 1 << 28), leaf("cpu", n, 12 * n, 1 << 28)])
+    apart = CallOutputs(("tuple", 2), [leaf("cpu", 0, 8 * n, 1 << 28), leaf("cpu", 0, 8 * n, 1 << 29)])
+    assert verify.overlapping_outputs(views) == {(0, 1)} and verify.overlapping_outputs(apart) == set()
+    found = [(f.check, f.status) for f in verify.call_findings(views, ref, "", [])]
+    assert found == [("output_ownership", "incorrect")]
+    assert verify.call_findings(apart, ref, "", []) == []
+    assert verify.call_findings(views, views, "", []) == []  # the reference's own outputs overlap alike
+    gpu_ref = CallOutputs(("tuple", 2), [leaf("cuda:0", 0, 8 * n), leaf("cuda:0", 0, 8 * n)])
+    gpu_views = CallOutputs(("tuple", 2), [leaf("cuda:0", 0, 12 * n, handle="h1"), leaf("cuda:0", n, 12 * n, handle="h1")])
+    assert verify.call_findings(gpu_views, gpu_ref, "input", []) == []  # the honest limit (docs/isolation.md)

@@ -99,10 +99,15 @@ def double_model(model, device: str):
 
 def _doubled_attribute(value, depth: int = 0):
     """A plain attribute with its tensors in float64: a tensor, or the lists, tuples and dicts holding
-    them (a table of weights kept in a list), rebuilt only where something changed. Parameters and
-    buffers are Module.double's; modules are visited on their own."""
+    them (a table of weights kept in a list), rebuilt only where something changed. Registered
+    parameters and buffers are Module.double's (and not reached here); a Parameter in a plain list is
+    not registered, so Module.double left it: it becomes a float64 Parameter. Modules are visited on
+    their own."""
+    if isinstance(value, torch.nn.Parameter):
+        doubled = to_double(value.detach())
+        return value if doubled.dtype == value.dtype else torch.nn.Parameter(doubled, requires_grad=value.requires_grad)
     if isinstance(value, torch.Tensor):
-        return value if isinstance(value, torch.nn.Parameter) else to_double(value)
+        return to_double(value)
     if depth >= 8 or not isinstance(value, (list, tuple, dict)) or type(value) not in (list, tuple, dict):
         return value
     if isinstance(value, dict):

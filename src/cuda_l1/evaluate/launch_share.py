@@ -11,20 +11,23 @@ The share is measured on the reference's run in the trusted process (the task's 
 candidate's): the time until a call returns over the time until the device has finished it. Near 1
 the device waited on the CPU; near 0 the CPU waited on the device. A forward that synchronises inside
 (`.item()`, a host copy) reads near 1 too: its interval is widened as a launch-bound one's, which can
-only move a score toward 1.00."""
+only move a score toward 1.00. The largest of a few calls is taken: other work on the device (a
+worker prepares tasks beside another's verification) lengthens a call's device time and lowers its
+share, and a low share is the one that narrows the interval. A forward slower than SLOW_S is not
+measured (its calls would eat into the first run's deadline; one that slow is not launch-bound)."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable
 
-CALLS = 3  # measured calls after the first run: a median of a few, the first run's own cold start excluded
+CALLS = 3  # measured calls after the first run (its own cold start excluded): the largest share is taken
 BUDGET_S = 1.0  # no more calls once this much time went on them (a slow forward gets one)
+SLOW_S = 1.0  # a first call slower than this: no share (None, the device's spread)
 
 
 def launch_share(call: Callable[[], object], device: str) -> float:
-    """The median over up to CALLS calls of (time until `call` returns) / (time until the device is done
+    """The largest over up to CALLS calls of (time until `call` returns) / (time until the device is done
     with it), in [0, 1]. `call` runs the forward; its output is dropped before the next call."""
     import torch
 
@@ -39,7 +42,7 @@ def launch_share(call: Callable[[], object], device: str) -> float:
         del out
         shares.append(min(1.0, (issued - start) / max(done - start, 1e-9)))
         spent += done - start
-    return statistics.median(shares)
+    return max(shares)
 
 
 def spread_for(share: float | None, device_spread: float, launch_bound_spread: float) -> float:

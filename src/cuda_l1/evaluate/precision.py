@@ -42,12 +42,13 @@ _CHUNK = 1 << 24  # elements compared at a time: float64 temporaries stay bounde
 # each skipped value 100% wrong. So a value is also judged by itself where the reference got it within
 # REFERENCE_WITHIN of float64 (no cancellation spoiled it there) and it is a normal number of the
 # output's dtype: off by more than GROSS_RELATIVE of its size, it is grossly wrong, and an output with
-# more than GROSS_SHARE of such values (and at least GROSS_MIN) fails. Honest variants stay far below:
-# a bf16 matmul whose split-K partial sums are rounded to bf16 has 0.13-0.31% (512 x 512, K 256-4096),
-# another summation order in float32 none; the truncated cumprod 27%.
+# more than GROSS_SHARE of such values (and at least GROSS_MIN) fails. Honest variants stay below: a
+# bf16 matmul whose split-K partial sums are rounded to bf16 has 0.13-0.31% (512 x 512, K 256-4096),
+# another summation order in float32 none; approximations on wide inputs come nearer (tanh-GELU in
+# bf16 on inputs of standard deviation 3 to 5: 2.7-3.8%); the truncated cumprod has 32%.
 REFERENCE_WITHIN = 0.01
 GROSS_RELATIVE = 0.5
-GROSS_SHARE = 0.02
+GROSS_SHARE = 0.05
 GROSS_MIN = 16
 # dtypes that subtract from a float64 tensor by type promotion (float8 and bool refuse to): the
 # comparisons widen other dtypes first
@@ -149,7 +150,7 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
             cand_err = max(cand_err, (cf - of).abs().max().item())
             ref_err = max(ref_err, (rf - of).abs().max().item())
             scale = max(scale, of.abs().max().item())
-            counts = _gross_counts(cf, of, rf, tiny).tolist()
+            counts = _gross_counts(cf - of, rf - of, of, tiny).tolist()
             judged, gross = judged + int(counts[0]), gross + int(counts[1])
         lone = both & ~torch.isfinite(r)
         if lone.any():
@@ -189,12 +190,15 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
     return Comparison(ok, detail, cand_err, allowed, ref_err)
 
 
-def _gross_counts(c: torch.Tensor, o: torch.Tensor, r: torch.Tensor, tiny: float) -> torch.Tensor:
+def _gross_counts(c_err: torch.Tensor, r_err: torch.Tensor, o: torch.Tensor, tiny: float) -> torch.Tensor:
     """[values judged by themselves, values grossly wrong] (REFERENCE_WITHIN, GROSS_RELATIVE) as a
-    float64 tensor of two, on the values' device (read with the other statistics)."""
+    float64 tensor of two on the values' device, read with the other statistics. `c_err` and `r_err`
+    are the candidate's and the reference's differences from `o`, taken once by the caller and
+    overwritten here (their extremes are taken before)."""
     size = o.abs()
-    judged = (size >= tiny) & ((r - o).abs() <= REFERENCE_WITHIN * size)
-    grossly = judged & ((c - o).abs() > GROSS_RELATIVE * size)
+    judged = (r_err.abs_() if r_err.is_floating_point() else r_err.abs()) <= REFERENCE_WITHIN * size
+    judged &= size >= tiny
+    grossly = judged & ((c_err.abs_() if c_err.is_floating_point() else c_err.abs()) > GROSS_RELATIVE * size)
     return torch.stack([judged.sum(), grossly.sum()]).to(torch.float64)
 
 
@@ -213,10 +217,11 @@ def _finite_errors(c: torch.Tensor, o: torch.Tensor, r: torch.Tensor,
         finite = torch.isfinite(c).all() & torch.isfinite(o).all() & torch.isfinite(r).all()
         real = torch.float64
         stats = torch.stack([finite.to(real), (c - o).abs().amax().to(real), (r - o).abs().amax().to(real),
-                             o.abs().amax().to(real), *_gross_counts(c, o, r, tiny)]).tolist()
+                             o.abs().amax().to(real), *_gross_counts(c - o, r - o, o, tiny)]).tolist()
         return (stats[1], stats[2], stats[3], stats[4], stats[5]) if stats[0] else None
-    extremes = torch.stack([*torch.aminmax(c - o), *torch.aminmax(r - o), *torch.aminmax(o),
-                            *_gross_counts(c, o, r, tiny).to(o.dtype)]).tolist()
+    c_err, r_err = c - o, r - o
+    bounds = [*torch.aminmax(c_err), *torch.aminmax(r_err), *torch.aminmax(o)]  # before the counts overwrite them
+    extremes = torch.stack([*bounds, *_gross_counts(c_err, r_err, o, tiny).to(o.dtype)]).tolist()
     if not all(math.isfinite(x) for x in extremes[:6]):
         return None
     c_lo, c_hi, r_lo, r_hi, o_lo, o_hi, judged, grossly = extremes

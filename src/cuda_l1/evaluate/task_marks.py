@@ -6,7 +6,7 @@ for the candidate's doing, retried, and after the second death stored a runtime_
 the candidate. The marks let the pool charge such a death to the task instead: its jobs go back
 uncounted, and a task that kills a worker twice is bad input (BrokenTask), like any broken reference.
 
-Only the task's own code is marked (its import, its reference's first run, its shapes on the meta
+Only the task's own code is marked (its import, its reference's first run, its inputs, its shapes on the meta
 device): a mark around all of a task's preparation also covered the waits and side starts during
 which another candidate is judged. The marks live in shared memory written before the task's code
 runs, so they are there even when the process ends at once: a message on the pool's queue would be

@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import numbers
 import sys
+import time
 import traceback
 import types
 from dataclasses import dataclass
@@ -213,10 +214,12 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
                                            device), origin)
     try:
+        started = time.perf_counter()
         with torch.no_grad():
             out = model(*args)
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)  # this worker's GPU, not whichever the thread last used
+        first_s = time.perf_counter() - started
     except TASK_FAILURES as exc:
         raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
     # Every tensor of the output, nested ones too (an LSTM's (out, (h, c))): the slots are sized on it.
@@ -233,9 +236,10 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
                             "dense tensors with values, or scalars (None, bool, int, float, str)", path=origin)
     output_bytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
     out = leaves = leaf = None  # no output of the first call held through the calls after it
-    if not (measure_launches and device.startswith("cuda")):
+    from cuda_l1.evaluate.launch_share import SLOW_S, launch_share
+
+    if not (measure_launches and device.startswith("cuda")) or first_s > SLOW_S:
         return FirstRun(output_bytes)
-    from cuda_l1.evaluate.launch_share import launch_share
 
     try:
         with torch.no_grad():

@@ -1,5 +1,5 @@
 # reference: two_cats
-# expect: rejected
+# expect: incorrect
 # check: output_ownership
 # Writes [a, b, c] once and returns two overlapping views of it: 3N values written where the
 # reference writes 4N, and a caller changing one output would change the other. Only outputs of
