@@ -108,9 +108,9 @@ def _doubled_attribute(value, depth: int = 0):
         return value if doubled.dtype == value.dtype else torch.nn.Parameter(doubled, requires_grad=value.requires_grad)
     if isinstance(value, torch.Tensor):
         return to_double(value)
-    if depth >= 8 or not isinstance(value, (list, tuple, dict)) or type(value) not in (list, tuple, dict):
+    if depth >= 8 or type(value) not in (list, tuple, dict):
         return value
-    if isinstance(value, dict):
+    if type(value) is dict:
         items = {key: _doubled_attribute(item, depth + 1) for key, item in value.items()}
         return items if any(items[key] is not value[key] for key in value) else value
     items = [_doubled_attribute(item, depth + 1) for item in value]

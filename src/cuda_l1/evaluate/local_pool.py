@@ -78,7 +78,8 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int,
     task_marks.install(marks)  # a death while a task's own code runs here is the task's
     evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
                             keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate,
-                            room=room_for(config.device, config.task_timeout_s), wait_s=2 * config.task_timeout_s + config.load_timeout_s)
+                            room=room_for(config.device, config.task_timeout_s),
+                            wait_s=2 * config.task_timeout_s + config.load_timeout_s)
     ahead = Lookahead(evaluators, depth)
     queued: collections.deque = collections.deque()
     while True:

@@ -55,7 +55,7 @@ GROSS_MIN = 16
 PROMOTES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16})
 
 
-def _exact(t: torch.Tensor) -> bool:
+def compared_exactly(t: torch.Tensor) -> bool:
     """Integer and bool outputs are compared exactly (as the oracle round does), never through float64."""
     return not (t.is_floating_point() or t.is_complex())
 
@@ -82,7 +82,7 @@ def compare(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor | None, 
     comparing for minutes past --timeout)."""
     if cand.shape != ref.shape:
         return Comparison(False, f"shape {list(cand.shape)} != reference {list(ref.shape)}")
-    if _exact(ref):
+    if compared_exactly(ref):
         ok = torch.equal(cand.to(ref.dtype), ref)
         return Comparison(ok, "exact match" if ok else "integer/bool values differ from the reference")
     if cand.numel() == 0:

@@ -103,7 +103,8 @@ def _input_source(module, device: str, origin: str) -> InputSource:
     except TaskError:
         raise
     except TASK_FAILURES as exc:
-        raise TaskError(f"get_inputs() raised on a later call: {type(exc).__name__}: {exc}"[:2000], path=origin) from None
+        message = f"get_inputs() raised on a later call: {type(exc).__name__}: {exc}"[:2000]
+        raise TaskError(message, path=origin) from None
 
 
 class TaskEnv:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, _exact, compare
+from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, compare, compared_exactly
 from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef, LeafVerdict
 from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 
@@ -241,7 +241,7 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
     if not items:
         return []
     device = items[0][1].device
-    exacts = [_exact(ref) for _, ref, *_ in items]  # once per output: integers and bools, compared exactly
+    exacts = [compared_exactly(ref) for _, ref, *_ in items]  # once per output: integers and bools
     draws, cand_pos, ref_pos = [], [], []
     for cand, ref, count, rng, _ in items:
         flat = [rng.randrange(ref.numel()) for _ in range(count)] if ref.numel() else []
@@ -293,7 +293,7 @@ def full_values(cand: torch.Tensor, ref: torch.Tensor, bound: float,
     for start in range(0, c.numel(), step):
         if time_left is not None:
             time_left()  # raises at the evaluation's deadline
-        if _exact(ref):
+        if compared_exactly(ref):
             if not torch.equal(c[start:start + step].to(r.dtype), r[start:start + step]):
                 return "integer values differ from the reference (compared exactly)"
             continue
