@@ -50,14 +50,15 @@ def _masked_beyond(got, expect, bound):
     return None
 
 
-def _previous_finite_errors(c, o, r):
+def _previous_finite_errors(c, o, r, tiny=None):
     """precision._finite_errors as it was before 2026-12-04: both outputs widened to float64 first,
-    three isfinite passes, each maximum from abs() then amax()."""
+    three isfinite passes, each maximum from abs() then amax(); and, as before 2026-12-06, no value
+    judged by itself (no per-value counts)."""
     c, r = c.to(o.dtype), r.to(o.dtype)
     finite = torch.isfinite(c).all() & torch.isfinite(o).all() & torch.isfinite(r).all()
     stats = torch.stack([finite.to(torch.float64), (c - o).abs().amax().to(torch.float64),
                          (r - o).abs().amax().to(torch.float64), o.abs().amax().to(torch.float64)]).tolist()
-    return (stats[1], stats[2], stats[3]) if stats[0] else None
+    return (stats[1], stats[2], stats[3], 0, 0) if stats[0] else None
 
 
 def main() -> None:
