@@ -29,9 +29,6 @@ CPU_MECHANISM_ONLY = {
 }
 # CPU cases whose GPU reading is an open question: what is known, until a GPU run settles it.
 OPEN_ON_GPU = {
-    "overlapping_outputs": "issue 11: the reference's side describes its CUDA outputs without their places (it exports "
-                           "no handle), so two outputs of one call sharing memory cannot be told from the reference's "
-                           "(docs/isolation.md, honest limits)",
     "slow_in_warmup_only": "issue 11: on an H200 it read raw 0.52 once (bound 0.5; about 0.1 on a CPU and by launch "
                            "count); the GPU case nine_launches_gpu, the same kernels without the sleep, tells a "
                            "window's fixed cost on a GPU from the attack",

@@ -940,8 +940,9 @@ def test_values_the_reference_gets_right_are_judged_by_themselves_too():
 
 
 def test_outputs_of_one_call_overlapping_where_the_references_are_apart():
-    """Two overlapping views of one buffer where the reference's two outputs are apart: incorrect on a
-    CPU. On a GPU the reference's side describes no places (no handle, no address), so no finding."""
+    """Two overlapping views of one buffer where the reference's two outputs are apart: incorrect, on a
+    CPU (places by address on both sides) and on a GPU (the candidate's by handle, the reference's by
+    its own address, as its side describes them: it exports no handle)."""
     from cuda_l1.evaluate import verify
     from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
@@ -958,6 +959,68 @@ def test_outputs_of_one_call_overlapping_where_the_references_are_apart():
     assert found == [("output_ownership", "incorrect")]
     assert verify.call_findings(apart, ref, "", []) == []
     assert verify.call_findings(views, views, "", []) == []  # the reference's own outputs overlap alike
-    gpu_ref = CallOutputs(("tuple", 2), [leaf("cuda:0", 0, 8 * n), leaf("cuda:0", 0, 8 * n)])
+    gpu_ref = CallOutputs(("tuple", 2), [leaf("cuda:0", 0, 8 * n, 1 << 33), leaf("cuda:0", 0, 8 * n, 1 << 34)])
     gpu_views = CallOutputs(("tuple", 2), [leaf("cuda:0", 0, 12 * n, handle="h1"), leaf("cuda:0", n, 12 * n, handle="h1")])
-    assert verify.call_findings(gpu_views, gpu_ref, "input", []) == []  # the honest limit (docs/isolation.md)
+    found = [(f.check, f.status) for f in verify.call_findings(gpu_views, gpu_ref, "input", [])]
+    assert found == [("output_ownership", "incorrect")]
+    gpu_apart = CallOutputs(("tuple", 2), [leaf("cuda:0", 0, 16 * n, handle="h1"), leaf("cuda:0", 2 * n, 16 * n, handle="h1")])
+    assert verify.call_findings(gpu_apart, gpu_ref, "input", []) == []  # one allocation, no element shared
+
+
+@pytest.mark.parametrize("split,shared", [
+    (lambda t: (t[:4], t[4:]), False),  # row blocks of one buffer: apart
+    (lambda t: (t[:, :4], t[:, 4:]), False),  # column blocks: interleaved, no element shared
+    (lambda t: (t[:, ::2], t[:, 1::2]), False),  # alternate columns
+    (lambda t: (t[:5], t[3:]), True),  # rows 3 and 4 in both
+    (lambda t: (t[:, :5], t[:, 4:]), True),  # column 4 in both
+    (lambda t: (t.reshape(-1)[:20], t.reshape(-1)[19:39]), True),  # one element in both
+    (lambda t: (t.t(), t), True),  # the same elements in another order
+])
+def test_outputs_of_one_buffer_share_memory_only_where_an_element_is_in_both(split, shared):
+    """The outputs' memory is compared element by element, not by the bytes between each view's ends:
+    the column blocks of a fused product's result interleave without sharing and are apart."""
+    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+
+    buf = torch.zeros(8, 8)
+    leaves = [LeafRef("tensor", "Tensor", "float32", list(v.shape), list(v.stride()), v.storage_offset(), 256, "cpu",
+                      1 << 20) for v in split(buf)]
+    assert verify.overlapping_outputs(CallOutputs(("tuple", 2), leaves)) == ({(0, 1)} if shared else set())
+
+
+@pytest.mark.parametrize("view,overlapping", [
+    (lambda t: t, False), (lambda t: t.t(), False), (lambda t: t[:, ::2], False), (lambda t: t[:0], False),
+    (lambda t: torch.zeros(6, 16)[:, 8:], False), (lambda t: torch.zeros(2, 3, 4).permute(2, 0, 1), False),
+    (lambda t: t[:, :1].expand(-1, t.shape[1]), True),  # stride 0: a broadcast
+    (lambda t: t.reshape(-1)[: t.shape[1] + 3].unfold(0, 4, 1), True),  # overlapping windows
+])
+def test_a_view_with_gaps_is_reported_and_only_an_overlapping_one_is_incorrect(view, overlapping):
+    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+
+    t = view(torch.zeros(6, 8))
+    assert verify.self_overlapping(list(t.shape), list(t.stride())) is overlapping
+    cand = LeafRef("tensor", "Tensor", "float32", list(t.shape), list(t.stride()), t.storage_offset(), 4096, "cpu", 64)
+    dense = t.contiguous()
+    ref = LeafRef("tensor", "Tensor", "float32", list(dense.shape), list(dense.stride()), 0, 4096, "cpu", 4096)
+    found = {f.check: f.status for f in verify.describe_mismatch(CallOutputs(None, [cand]), CallOutputs(None, [ref]))}
+    assert found.get("strides") == ("incorrect" if overlapping else None if t.stride() == dense.stride() or not t.numel()
+                                    else verify.NOTE)
+
+
+def test_a_cuda_output_described_by_an_address_is_never_read_from_host_memory():
+    """A CUDA output is read through its IPC handle only. A side that describes one by an address (the
+    reference's do, to compare places; a forged harness might) is not read from its host memory."""
+    import ctypes
+    import os
+
+    from cuda_l1.evaluate.protocol import LeafRef
+    from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
+
+    host = (ctypes.c_float * 4)(1, 2, 3, 4)
+    reader = RemoteMemory("cpu", lambda: os.getpid(), 1 << 20)
+    on_cpu = LeafRef("tensor", "Tensor", "float32", [4], [1], 0, 16, "cpu", ctypes.addressof(host))
+    assert reader.tensor(on_cpu).tolist() == [1, 2, 3, 4]
+    with pytest.raises(Unreadable, match="without an IPC handle"):
+        reader.tensor(LeafRef("tensor", "Tensor", "float32", [4], [1], 0, 16, "cuda:0", ctypes.addressof(host)))
+

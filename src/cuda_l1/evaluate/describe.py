@@ -122,6 +122,8 @@ class Describer:
                         continue
                 if self.export:
                     ref.handle, ref.handle_offset = self.handles[key], ptr - base
+                else:  # the reference: its own address, only to tell which of its outputs share memory
+                    ref.address = ptr  # (verify.overlapping_outputs); nothing reads a CUDA output by one
             else:
                 ref.address = ptr
             refs.append(ref)
@@ -307,7 +309,7 @@ def rebuild(first: CallOutputs, pointers: list[int], exports: list[tuple[str, in
             if ptr + span > base + size:
                 raise Unmapped("a call's output reaches past the allocation the reply names for it")
             ref.handle, ref.handle_offset = handle, ptr - base
-        elif not leaf.device.startswith("cuda"):
+        else:  # a CPU output, or the reference's CUDA output (described by address, see Describer.full)
             ref.address = ptr
         leaves.append(ref)
     return CallOutputs(first.structure, leaves)

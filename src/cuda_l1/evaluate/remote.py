@@ -155,6 +155,10 @@ class RemoteMemory:
             raise Unreadable("an output described by an IPC handle, where there is no GPU")
         if ref.numel() == 0:
             return torch.empty(ref.shape, dtype=dtype, device=self.device if ref.handle else "cpu")
+        if not ref.handle and not ref.device.startswith("cpu"):
+            # A CUDA output is read through its handle only: an address names the side's host memory
+            # (or, from the reference, a device address used only to compare places), never its values.
+            raise Unreadable(f"an output on {ref.device[:40]} described without an IPC handle")
         if ref.handle:
             from cuda_l1.evaluate import cudadrv
 

@@ -64,12 +64,30 @@ def describe_mismatch(cand: CallOutputs, ref: CallOutputs) -> list[Finding]:
             found.append(Finding("device", INCORRECT, f"{where} is on {c.device}, the reference on {r.device}"))
         elif [s for s, n in zip(c.stride, c.shape) if n > 1] != [s for s, n in zip(r.stride, r.shape) if n > 1]:
             # Values are read and compared by logical position, whatever the layout: another order of a
-            # dense layout (a transposed result) is reported, not deciding. A broadcast or overlapping
-            # view is not: it holds fewer values than the output has, so less work was done to write it.
-            dense = dense_layout(c.shape, c.stride)
-            found.append(Finding("strides", NOTE if dense else INCORRECT, f"{where} has strides {c.stride}, the "
-                                 f"reference {r.stride}" + ("" if dense else " (a broadcast or overlapping view)")))
+            # dense layout (a transposed result) or a view with gaps (one column block of a fused
+            # product's result) holds every value and is reported, not deciding. A broadcast or
+            # overlapping view is not: it holds fewer values than the output has, so less work was done.
+            overlapping = self_overlapping(c.shape, c.stride)
+            kind = ("a broadcast or overlapping view" if overlapping else
+                    "" if dense_layout(c.shape, c.stride) else "a view with gaps")
+            found.append(Finding("strides", INCORRECT if overlapping else NOTE, f"{where} has strides {c.stride}, "
+                                 f"the reference {r.stride}" + (f" ({kind})" if kind else "")))
     return found
+
+
+def self_overlapping(shape: list[int], stride: list[int]) -> bool:
+    """Whether two positions of a view may share memory: unless each dimension's stride, from the
+    smallest, clears everything the smaller ones reach (a dense layout in any order, or one with gaps),
+    it counts as overlapping. Layouts that interleave without sharing and are not nested this way
+    count too: no PyTorch operation makes one, and a candidate building one by hand gets the doubt."""
+    if any(n == 0 for n in shape):
+        return False  # no elements, no memory
+    reach = 1  # elements the dimensions so far span, plus one
+    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n > 1):
+        if st < reach:
+            return True
+        reach += (n - 1) * st
+    return False
 
 
 def dense_layout(shape: list[int], stride: list[int]) -> bool:
@@ -110,25 +128,67 @@ MAX_PAIRS = 4096  # overlapping output pairs collected per call; at the cap neit
 
 
 def _placed(call: CallOutputs) -> bool:
-    """Whether every tensor output of the call says where its memory is (a handle or a host address)."""
+    """Whether every tensor output of the call says where its memory is: an IPC handle (a candidate's
+    CUDA output), or an address in the side's own memory (a CPU output; the reference's CUDA output,
+    which its side describes by address since it exports no handle)."""
     return all(leaf.handle or leaf.address for leaf in call.leaves if leaf.kind == "tensor" and leaf.numel())
 
 
 def overlapping_outputs(call: CallOutputs) -> set[tuple[int, int]]:
-    """Pairs (i, j), i < j, of one call's tensor outputs whose memory overlaps (sorted by address and
-    swept, comparing each output with those still open only), up to MAX_PAIRS."""
-    spans = sorted((_span(leaf), index) for index, leaf in enumerate(call.leaves)
+    """Pairs (i, j), i < j, of one call's tensor outputs that share memory, up to MAX_PAIRS: the bytes
+    from each view's first element to its last, sorted and swept (each output compared with those still
+    open only), then each pair whose bytes meet tested element by element (_share_elements), so that
+    two column blocks of one buffer, interleaved but apart, are not a pair."""
+    spans = sorted((_view_span(leaf), index) for index, leaf in enumerate(call.leaves)
                    if leaf.kind == "tensor" and leaf.numel())
     pairs: set[tuple[int, int]] = set()
     open_spans: list[tuple[str, int, int]] = []  # (allocation, end, output index)
     for (alloc, lo, hi), index in spans:
         open_spans = [span for span in open_spans if span[0] == alloc and span[1] > lo]
         for _, _, other in open_spans:
-            pairs.add((min(other, index), max(other, index)))
-            if len(pairs) >= MAX_PAIRS:
-                return pairs
+            if _share_elements(call.leaves[other], call.leaves[index]):
+                pairs.add((min(other, index), max(other, index)))
+                if len(pairs) >= MAX_PAIRS:
+                    return pairs
         open_spans.append((alloc, hi, index))
     return pairs
+
+
+def _view_span(ref: LeafRef) -> tuple[str, int, int]:
+    """(allocation, first byte, end) of the bytes a view reaches from its first element (strides are
+    never negative, so that is its lowest)."""
+    alloc, start = (ref.handle, ref.handle_offset) if ref.handle else ("address", ref.address)
+    return alloc, start + ref.storage_offset * ITEMSIZE[ref.dtype], start + max(ref.extent_bytes(), 1)
+
+
+SHARE_WORK = 100_000  # numpy's effort bound for one pair; a layout harder than that counts as shared
+
+
+def _share_elements(a: LeafRef, b: LeafRef) -> bool:
+    """Whether two views of one allocation have a byte in common, solved exactly (numpy's bounded
+    Diophantine test on views at made-up addresses with the leaves' offsets, shapes, strides and item
+    sizes: nothing is read). Layouts too hard to solve within SHARE_WORK count as sharing."""
+    import numpy as np
+
+    (_, lo_a, _), (_, lo_b, _) = _view_span(a), _view_span(b)
+    low = min(lo_a, lo_b)
+    views = [np.asarray(_ArrayAt(_FAKE_BASE + lo - low, leaf)) for lo, leaf in ((lo_a, a), (lo_b, b))]
+    try:
+        return bool(np.shares_memory(views[0], views[1], max_work=SHARE_WORK))
+    except getattr(np, "exceptions", np).TooHardError:
+        return True
+
+
+_FAKE_BASE = 1 << 40  # where _share_elements places the lower view: any address numpy will not take for NULL
+
+
+class _ArrayAt:
+    """A numpy array interface describing a leaf's view at `start` (its first element), never read."""
+
+    def __init__(self, start: int, leaf: LeafRef):
+        item = ITEMSIZE[leaf.dtype]
+        self.__array_interface__ = {"data": (start, True), "shape": tuple(leaf.shape), "version": 3,
+                                    "strides": tuple(st * item for st in leaf.stride), "typestr": f"|V{item}"}
 
 
 def _same_value(a, b) -> bool:

@@ -1,0 +1,24 @@
+"""Two projections of one input, each its own product: (x @ Wq^T, x @ Wk^T)."""
+import torch
+import torch.nn as nn
+
+ROWS = 512
+DIM = 256
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        return self.q(x), self.k(x)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, DIM)]
+
+
+def get_init_inputs():
+    return [DIM]
