@@ -1024,3 +1024,14 @@ def test_a_cuda_output_described_by_an_address_is_never_read_from_host_memory():
     with pytest.raises(Unreadable, match="without an IPC handle"):
         reader.tensor(LeafRef("tensor", "Tensor", "float32", [4], [1], 0, 16, "cuda:0", ctypes.addressof(host)))
 
+
+def test_speedup_ci_trims_each_side_for_replays_and_takes_medians_by_default():
+    """`trim` (for replaying recorded rounds) takes the mean of each side's middle times; the default
+    is the median verdicts use."""
+    from cuda_l1.evaluate.speedup_stats import speedup_ci
+
+    ref, cand = [1, 1, 1, 1, 2, 3, 3, 3, 3, 100], [1.0] * 10
+    assert speedup_ci(ref, cand, seed=1)[0] == pytest.approx(2.5)
+    assert speedup_ci(ref, cand, seed=1, trim=0.2)[0] == pytest.approx(13 / 6)
+    point, lo, hi = speedup_ci(ref, cand, seed=1, trim=0.2)
+    assert lo <= point <= hi

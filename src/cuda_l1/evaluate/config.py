@@ -148,7 +148,7 @@ class EvalConfig:
     build_cache_dir: str | None = setting(None, "where extension builds are cached (default:"
                                           " CUDA_L1_CACHE or ~/.cache)")
     input_memory_bytes: int | None = setting(None, "budget for the input slots of both sides "
-                                             "(default: a quarter of the device)")
+                                             "(default: a fifth of the device's memory; 1 GiB on a CPU)")
 
     def __post_init__(self) -> None:
         # The whole tree is checked here, nested settings included: an Evaluator copies its config

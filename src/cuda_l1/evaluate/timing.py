@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from cuda_l1.evaluate.launch_share import spread_for
-from cuda_l1.evaluate.speedup_stats import conservative_speedup, speedup_ci, summarize
+from cuda_l1.evaluate.speedup_stats import MEDIAN, conservative_speedup, speedup_ci, summarize
 
 
 @dataclass
@@ -170,7 +170,7 @@ class Estimate:
 
 
 def estimate(ref_ms: list[float], cand_ms: list[float], seed: int,
-             candidate_first: list[bool] | None = None, spread: float = 0.0) -> Estimate:
+             candidate_first: list[bool] | None = None, spread: float = 0.0, trim: float = MEDIAN) -> Estimate:
     """Speedup = median reference time / median candidate time over paired rounds, within each order
     class of rounds (speedup_stats.speedup_ci), with a bootstrap interval; one statistic for the point,
     the interval and the score.
@@ -179,8 +179,9 @@ def estimate(ref_ms: list[float], cand_ms: list[float], seed: int,
     pair to the next: identical code in two sides measured 0.914 and 1.078 on a 2-core CPU host,
     and 0.965 on the H200, with intervals that held neither 1 nor each other. `spread` (one standard
     deviation of that difference, in log speedup) is added to each half of the interval in quadrature,
-    so that such a difference scores 1.00 and a real speedup keeps nearly all of its score."""
-    point, lo, hi = speedup_ci(ref_ms, cand_ms, candidate_first, seed=seed)
+    so that such a difference scores 1.00 and a real speedup keeps nearly all of its score. (`trim`:
+    speedup_ci's, for replays.)"""
+    point, lo, hi = speedup_ci(ref_ms, cand_ms, candidate_first, seed=seed, trim=trim)
     wide_lo, wide_hi = widen(point, lo, hi, spread)
     return Estimate(point, wide_lo, wide_hi, statistics.median(ref_ms), statistics.median(cand_ms), lo, hi)
 
