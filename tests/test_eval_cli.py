@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CORPUS = Path(__file__).parent / "corpus"
 REQUIRED = {"status", "speedup", "reference_ms", "candidate_ms", "ci", "checks", "reasons", "device", "versions"}
 
@@ -64,6 +66,25 @@ def test_broken_reference_is_bad_input(tmp_path):
     assert out.returncode == 2 and "no such file" in out.stderr
     out = run_eval(tmp_path, CORPUS / "cpu" / "identical.py")
     assert out.returncode == 2 and "a directory, not a file" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("where,ending", [
+    ("get_inputs", "os._exit(0)"),  # its own status, 0: the command ended "successfully", printing nothing
+    ("forward", "os.kill(os.getpid(), signal.SIGKILL)"),  # in the reference's run before judging
+])
+def test_a_task_that_ends_its_process_is_bad_input_with_a_message(tmp_path, where, ending):
+    """The task's own code runs in the pool's worker, not in the command's process: a task that ends
+    or kills the process running it ended `eval` with no verdict and no message (status 0 for
+    os._exit(0)). Now it is bad input: exit 2 and what happened."""
+    source = (CORPUS / "refs" / "relu_add.py").read_text()
+    ref = tmp_path / "ref.py"
+    marker = "def get_inputs():\n" if where == "get_inputs" else "    def forward(self, x, y):\n"
+    assert marker in source
+    indent = " " * (4 if where == "get_inputs" else 8)
+    ref.write_text("import os\nimport signal\n" + source.replace(marker, marker + f"{indent}{ending}\n"))
+    out = run_eval(ref, CORPUS / "cpu" / "identical.py", "--json")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "while running the task's own code" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_sources_too_deep_for_the_parser_are_judged_or_refused(tmp_path):

@@ -159,6 +159,27 @@ def test_a_task_that_hangs_at_import_or_in_its_first_run_is_broken_not_a_hang():
         describe_task(_task(inputs_hang="time.sleep(10**6)"), timeout_s=1.0)
 
 
+@pytest.mark.parametrize("later", ["time.sleep(10**6)", "raise ValueError('the data source is gone')"],
+                         ids=["hangs", "raises"])
+def test_a_task_whose_inputs_fail_in_a_later_round_is_broken_not_the_candidates_error(later):
+    """get_inputs runs again for every round. One that hung there held the worker with no deadline;
+    one that raised there was the candidate's runtime_error (judged again, as an evaluation failure).
+    Both are now the task's: BrokenTask, bad input, within the task's deadline."""
+    counted = ("CALLS = [0]\n" + TASK).replace(
+        "INPUTS_HANG", f"CALLS[0] += 1\n    if CALLS[0] > 6:\n        {later}")
+    task = make_task(counted.replace("IMPORT_HANG", "").replace("FORWARD_HANG", "pass"), name="later",
+                     level=1, origin="later.py")
+    config = EvalConfig(device="cpu", timing=TimingConfig.quick(), task_timeout_s=2.0)
+    evaluator = Evaluator(task, config)  # its first calls (the reference's run, the layout) are fine
+    started = time.monotonic()
+    try:
+        with pytest.raises(BrokenTask, match="later.py: .*(ran past its deadline of 2 s|the data source is gone)"):
+            evaluator.evaluate(task.source.replace("class Model(", "class ModelNew("))
+    finally:
+        evaluator.close()
+    assert time.monotonic() - started < 60
+
+
 def test_a_worker_reports_a_hanging_task_as_bad_input(tmp_path):
     """`bench` hung for good on a task that sleeps at import: its worker prepared the task with no
     deadline. Now the run ends as bad input naming the file."""

@@ -88,27 +88,24 @@ def eval_command(
 
     Exit 0 whenever a verdict was produced, whatever it says; 2 for a broken reference or bad options."""
     from cuda_l1.devices import parse_device
-    from cuda_l1.evaluate.fork_server import start_ahead
 
     task = load_task_file(reference)
     source = _read_candidate(candidate)
     target = parse_device(device)
     config = eval_config(target, tolerance, quick, no_timing, timeout, module_mode)
-    start_ahead(config.sandbox, config.device)  # the sides' imports beside this process's own, not after
-    from cuda_l1.evaluate.evaluator import Evaluator  # imports torch: after the sides' start
+    from cuda_l1.evaluate.jobs import EvalJob
+    from cuda_l1.evaluate.local_pool import LocalPool
 
-    with console.status("evaluating…") if not as_json else _null():
-        # It runs the reference once before judging (TaskEnv): a broken one is a TaskError, bad input
-        # (exit 2), before any candidate code runs.
-        evaluator = Evaluator(task, config)
-        try:
-            verdict = evaluator.evaluate(source)
-        finally:
-            evaluator.close()
-    if as_json:
-        print_json(verdict.to_dict())
-    else:
-        print_verdict(verdict)
+    # One pool worker judges it, as it judges every batch command's candidates. The task's own code (its
+    # import, its reference's run before judging, its inputs) runs there, not here: a task that ends or
+    # crashes its process is bad input (BrokenTask, exit 2), where in this process it ended the command
+    # with the task's own exit status and no verdict. A broken reference is bad input too, before any
+    # candidate code runs.
+    with LocalPool(str(target), config, workers=1) as pool:
+        with console.status("evaluating…") if not as_json else _null():
+            verdict = pool.submit(EvalJob(task, source)).result().verdict
+        # Shown before the worker is stopped (its sides and spares closed: about a second).
+        print_json(verdict.to_dict()) if as_json else print_verdict(verdict)
 
 
 class _null:

@@ -96,6 +96,13 @@ def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int) -> int
     return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * output_bytes, 1)))
 
 
+def _device_trouble(exc: BaseException) -> bool:
+    """An error of the device rather than of the task's code: out of its memory, or a CUDA error."""
+    text = str(exc)
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and ("CUDA" in text or "out of memory" in text))
+
+
 def _input_source(module, device: str, origin: str) -> InputSource:
     """The task's inputs' source, which calls get_inputs() again: its failure is the task's."""
     try:
@@ -291,10 +298,24 @@ class TaskEnv:
         self.start_reference()
 
     def fresh_inputs(self, count: int):
-        """`count` calls' fresh inputs (inputs.RoundInputs), made on the device and synchronised."""
+        """`count` calls' fresh inputs (inputs.RoundInputs), made on the device and synchronised. The
+        task's get_inputs failing here (raising, changing its inputs' layout, running past its deadline)
+        is the task's: BrokenTask, bad input, where it was the candidate's runtime_error, judged again.
+        Running out of device memory, or another device error, is not (a candidate's side holds memory)."""
+        origin = self.task.origin or self.task.name
         # A task prepared beside it seeds torch's generator (inputs.py); get_inputs is the task's code.
-        with self.supply.gate, running_task_code(self.task.id):
-            inputs, _ = self.source.fresh(count), self.sync()
+        with self.supply.gate, running_task_code(self.task.id, limit_s=self.config.task_timeout_s + GRACE_S):
+            try:
+                with task_deadline(self.config.task_timeout_s, "the task's inputs (get_inputs) for a round", origin):
+                    inputs = self.source.fresh(count)
+            except TaskError as exc:
+                raise BrokenTask(str(exc)) from None
+            except TASK_FAILURES as exc:
+                if _device_trouble(exc):
+                    raise
+                raise BrokenTask(f"get_inputs() raised for a round after its first: {type(exc).__name__}: "
+                                 f"{exc}"[:2000], path=origin) from None
+            self.sync()
         return inputs
 
     def sync(self) -> None:
