@@ -967,6 +967,26 @@ def test_outputs_of_one_call_overlapping_where_the_references_are_apart():
     assert verify.call_findings(gpu_apart, gpu_ref, "input", []) == []  # one allocation, no element shared
 
 
+def test_a_call_whose_outputs_share_past_the_cap_is_incorrect_unless_the_references_do_too():
+    """Past MAX_PAIRS sharing pairs (or MAX_TESTS pairs tested) a call is undecided, which used to
+    skip the comparison: one tensor returned 96 times scored ok at 3.05 where the reference computes
+    96. Undecided where the reference is not is incorrect; both undecided, nothing to hold to."""
+    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+
+    def leaf(address):
+        return LeafRef("tensor", "Tensor", "float32", [64, 64], [64, 1], 0, 64 * 64 * 4, "cpu", address)
+
+    same = CallOutputs(("tuple", 96), [leaf(1 << 20)] * 96)
+    apart = CallOutputs(("tuple", 96), [leaf((1 << 20) + k * (1 << 16)) for k in range(96)])
+    assert verify.overlapping_outputs(same) is None and verify.overlapping_outputs(apart) == set()
+    found = [(f.check, f.status) for f in verify.call_findings(same, apart, "", [])]
+    assert found == [("output_ownership", "incorrect")]
+    assert verify.call_findings(same, same, "", []) == []
+    few = CallOutputs(("tuple", 8), [leaf(1 << 20)] * 8)  # below the cap: every pair, as before
+    assert len(verify.overlapping_outputs(few)) == 28
+
+
 @pytest.mark.parametrize("split,shared", [
     (lambda t: (t[:4], t[4:]), False),  # row blocks of one buffer: apart
     (lambda t: (t[:, :4], t[:, 4:]), False),  # column blocks: interleaved, no element shared

@@ -53,13 +53,13 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
             raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
     oracle = float64_outputs(env, slot, config, time_left) if mode == "oracle" else None
     results = []
+    limit = verify.read_limit(verify.span_bytes(ref) for ref in ref_call.leaves if ref.kind == "tensor")
     for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves)):
         if ref is None or leaf.kind != "tensor":
             results.append(LeafVerdict(True))
             continue
         try:
-            # Never more than twice what the reference's output of the same call spans.
-            got = cand.memory.tensor(leaf, limit=2 * verify.span_bytes(ref_call.leaves[pos]) + (1 << 20))
+            got = cand.memory.tensor(leaf, limit=limit)
         except Unreadable as exc:
             results.append(LeafVerdict(False, unreadable=str(exc)))
             continue

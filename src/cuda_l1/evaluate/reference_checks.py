@@ -69,6 +69,7 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
     spots = []  # (call, output, spot_values' arguments) of every output checked at spots
     for call in msg.calls:
         _, mine = flatten_outputs(side.kept[call.ref_index])
+        limit = judge.read_limit(r.numel() * r.element_size() for r in mine if isinstance(r, torch.Tensor))
         oracle = None
         if call.mode == "oracle":
             started = time.perf_counter()
@@ -85,7 +86,7 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
                 continue
             started = time.perf_counter()
             try:
-                cand = side.reader.tensor(leaf, limit=2 * ref.numel() * ref.element_size() + (1 << 20))
+                cand = side.reader.tensor(leaf, limit=limit)
             except Unreadable as exc:
                 results.append(LeafVerdict(False, unreadable=str(exc)))
                 continue

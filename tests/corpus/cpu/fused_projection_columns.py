@@ -1,9 +1,10 @@
-# reference: two_projections
+# reference: qkv_projections
 # expect: ok
 # check: strides
-# Legitimate: one product with both weights stacked (the fused projection of attention layers), its
-# result's column blocks returned. Each output is a view with gaps, interleaved with the other but
-# sharing no element: every value is held, so the layout is reported (check `strides`, not blocking).
+# Legitimate: one product with the three weights stacked (an attention layer's fused QKV projection),
+# its result's column blocks returned. Each output is a view with gaps spanning about the whole buffer,
+# interleaved with the others but sharing no element: every value is held, so the layout is reported
+# (check `strides`, not blocking), and each block is read although it spans three outputs' bytes.
 import torch
 import torch.nn as nn
 
@@ -13,7 +14,8 @@ class ModelNew(nn.Module):
         super().__init__()
         self.q = nn.Linear(dim, dim, bias=False)
         self.k = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim, bias=False)
 
     def forward(self, x):
-        both = x @ torch.cat([self.q.weight, self.k.weight]).t()
-        return both[:, :self.q.out_features], both[:, self.q.out_features:]
+        qkv = x @ torch.cat([self.q.weight, self.k.weight, self.v.weight]).t()
+        return qkv.split(self.q.out_features, dim=1)

@@ -1,7 +1,7 @@
-# reference: two_projections
+# reference: qkv_projections
 # expect: ok
-# Legitimate: both products written into one buffer, one after the other, and returned as its two
-# halves. The outputs share an allocation but no element, so they are apart as the reference's are.
+# Legitimate: the three products written into one buffer, one after another, and returned as its
+# three blocks. The outputs share an allocation but no element, so they are apart as the reference's are.
 import torch
 import torch.nn as nn
 
@@ -11,9 +11,10 @@ class ModelNew(nn.Module):
         super().__init__()
         self.q = nn.Linear(dim, dim, bias=False)
         self.k = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim, bias=False)
 
     def forward(self, x):
-        out = torch.empty(2, x.shape[0], self.q.out_features, dtype=x.dtype, device=x.device)
-        torch.matmul(x, self.q.weight.t(), out=out[0])
-        torch.matmul(x, self.k.weight.t(), out=out[1])
-        return out[0], out[1]
+        out = torch.empty(3, x.shape[0], self.q.out_features, dtype=x.dtype, device=x.device)
+        for block, layer in zip(out, (self.q, self.k, self.v)):
+            torch.matmul(x, layer.weight.t(), out=block)
+        return out[0], out[1], out[2]

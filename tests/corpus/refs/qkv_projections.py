@@ -1,8 +1,8 @@
-"""Two projections of one input, each its own product: (x @ Wq^T, x @ Wk^T)."""
+"""Three projections of one input, each its own product: (x @ Wq^T, x @ Wk^T, x @ Wv^T)."""
 import torch
 import torch.nn as nn
 
-ROWS = 512
+ROWS = 2048
 DIM = 256
 
 
@@ -11,9 +11,10 @@ class Model(nn.Module):
         super().__init__()
         self.q = nn.Linear(dim, dim, bias=False)
         self.k = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim, bias=False)
 
     def forward(self, x):
-        return self.q(x), self.k(x)
+        return self.q(x), self.k(x), self.v(x)
 
 
 def get_inputs():
