@@ -135,6 +135,10 @@ BROKEN = {
     # conjugate's memory holds the unconjugated values
     "subclass": ("return x * 2", "return nn.Parameter(x * 2)", "returned a Parameter (a tensor subclass"),
     "conj": ("return x * 2", "return torch.fft.fft(x).conj()", "returned a lazily conjugated or negated view"),
+    # random draws in forward: every call, the float64 oracle's too, drew its own, and the allowance
+    # scaled by the reference's own error let a candidate 40% off everywhere pass at 1.4
+    "dropout": ("return x * 2", "return torch.nn.functional.dropout(x * 2, 0.5, training=True)",
+                "gave other outputs for the same inputs on a second call"),
 }
 
 

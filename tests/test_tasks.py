@@ -303,3 +303,31 @@ def get_init_inputs():
     config = EvalConfig(device="cpu", timing=TimingConfig(enabled=False), correctness_trials=2)
     verdict = evaluate(make_task(reference, name="views", level=1, origin="views.py"), candidate, config)
     assert verdict.status == "ok", verdict.reasons
+
+
+@pytest.mark.parametrize("forward,refused", [
+    ("return nn.functional.dropout(x * 2, 0.5, training=self.training)", True),  # train mode: random
+    ("self.calls += 1\n        return x * self.calls", True),  # state kept between calls
+    ("return nn.functional.dropout(x, 0.5, training=self.training).sum() * 0 + x.sum()", False),  # never reaches the output
+    ("return x.sum(0), int(x.numel())", False),
+])
+def test_a_reference_giving_other_outputs_for_the_same_inputs_is_refused(forward, refused):
+    """Each call of a reference drawing random numbers draws its own (the float64 oracle's too), so its
+    own error against the oracle was about its outputs' size and the allowance it scales let anything
+    near pass. It is refused before any candidate is judged; --module-mode eval turns dropout off."""
+    from cuda_l1.errors import TaskError
+    from cuda_l1.tasks import make_task
+    from cuda_l1.tasks.runtime import check_reference
+
+    source = (
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.calls = 0\n\n    def forward(self, x):\n        " + forward +
+        "\n\n\ndef get_inputs():\n    return [torch.randn(256, 64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    task = make_task(source, name="random", level=1, origin="random.py")
+    if refused:
+        with pytest.raises(TaskError, match="other outputs for the same inputs on a second call"):
+            check_reference(task)
+    else:
+        check_reference(task)
+    if "dropout" in forward:
+        check_reference(task, mode="eval")  # no dropout in eval mode

@@ -41,7 +41,7 @@ class Referee:
         self.window_faults: dict[str, int] = {}  # minor faults inside each side's windows (process_counters)
         # the recorded rounds' windows (reference, candidate) as measured; null windows measured again
         self.windows, self.overhead_checks = [], 0
-        self.replanned: dict | None = None  # calls a window, before and after a re-plan (measure)
+        self.replanned: list[dict] = []  # calls a window, before and after each re-plan (measure)
         self.unresolved: str | None = None  # why the speedup is not measured (timing.resolution_note)
         self.config, self.source, self.deadline, self.cand_proc = config, source, deadline, cand
         self.checks: dict[str, Check] = {}
@@ -335,23 +335,23 @@ class Referee:
                     ahead = ahead if ahead is not None and len(ahead) == plan["candidate"] else None
                     overhead_s = self.null_windows(plan["candidate"], ahead)
                 continue
-            n = len(cand_ms)
-            if n == tc.min_rounds and not self.replanned and plan["candidate"] < (reference_n := max(
-                    reference_n, timing.calls_for(statistics.median(ref_ms) / 1e3, tc.window_s, env.n_slots))):
-                # The candidate's warm-up shortened everyone's windows. Slow there alone (one call a
-                # window puts both sides in the fixed overhead, toward 1.00), it is timed again with the
-                # count its and the reference's recorded calls allow (the reference's last warm-up window
-                # alone, slow on a GPU, once allowed 2: a ~0.1x candidate scored 1.00, quick, H100).
-                recorded_s = statistics.median(cand_ms) / 1e3
+            n, last = len(cand_ms), tc.min_rounds
+            if n % last == 0 and len(self.replanned) < timing.MAX_REPLANS and plan["candidate"] < (
+                    reference_n := max(reference_n, timing.calls_for(statistics.median(ref_ms[-last:]) / 1e3,
+                                                                     tc.window_s, env.n_slots))):
+                # The candidate's warm-up shortened everyone's windows. Slow there alone (one call a window puts
+                # both sides in the fixed overhead, toward 1.00), it is timed again with the count its and the
+                # reference's last min_rounds calls allow (the reference's last warm-up window alone once allowed
+                # 2: ~0.1x scored 1.00, quick, H100); every min_rounds rounds (slow in the first 16 calls, 0.02x
+                # work kept one call a window after a single look and scored 1.00).
+                recorded_s = statistics.median(cand_ms[-last:]) / 1e3
                 wider = min(reference_n, timing.calls_for(recorded_s, 20 * tc.window_s, env.n_slots))
                 if wider >= 2 * plan["candidate"]:
-                    self.replanned = {"from": plan["candidate"], "to": wider}
+                    self.replanned.append({"from": plan["candidate"], "to": wider, "after_rounds": n})
                     plan = {"reference": wider, "candidate": wider}
                     ref_ms, cand_ms, self.candidate_first, self.windows = [], [], [], []
                     self.at_overhead = {"reference": 0, "candidate": 0}
-                    ahead = None
-                    overhead_s = self.null_windows(wider)
-                    timed_since = time.monotonic()
+                    ahead, overhead_s, timed_since = None, self.null_windows(wider), time.monotonic()
                     continue
             if n >= tc.min_rounds and (n % 4 == 0 or n >= tc.max_rounds):
                 self.estimate = timing.estimate(ref_ms, cand_ms, self.rng.randrange(1 << 30), self.candidate_first, self.spread)

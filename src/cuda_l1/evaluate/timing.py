@@ -69,6 +69,8 @@ def per_call_all(windows: list[tuple], overhead_s: float) -> tuple[list[float], 
     return ref, cand, counts
 
 
+MAX_REPLANS = 3  # times one evaluation's windows may be widened after a slow start (referee.measure)
+
 HARNESS_FACTOR = 4  # a reference call shorter than this many times the harness's own per-call work is not measured
 
 

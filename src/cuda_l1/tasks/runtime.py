@@ -17,6 +17,7 @@ from typing import Any
 
 from cuda_l1.errors import TaskError
 from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, task_deadline
+from cuda_l1.tasks.determinism import first_difference, output_sample
 from cuda_l1.tasks.task import Task
 
 
@@ -191,8 +192,9 @@ class FirstRun:
 def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0,
                        mode: str = "train", timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S,
                        measure_launches: bool = False) -> FirstRun:
-    """check_reference on a loaded module: its inputs checked, its model built and called once on
-    `device`, in `mode` (inputs.build_model), and on a GPU with `measure_launches` a few calls more for
+    """check_reference on a loaded module: its inputs checked, its model built and called on `device`,
+    in `mode` (inputs.build_model), twice on the same inputs (a forward giving other outputs the
+    second time is refused: tasks/determinism.py), and on a GPU with `measure_launches` a few calls more for
     its launch share. A TaskError names `origin` and the line of the task's code that failed. All of it
     within `timeout_s`."""
     with task_deadline(timeout_s, "the reference's first run (its inputs, its model, one forward)", origin):
@@ -235,7 +237,19 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
             raise TaskError(f"Model.forward(*get_inputs()) returned {unusable} as output {index}; outputs must be "
                             "dense tensors with values, or scalars (None, bool, int, float, str)", path=origin)
     output_bytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
+    sample = output_sample(leaves)
     out = leaves = leaf = None  # no output of the first call held through the calls after it
+    # The same inputs again: a reference drawing random numbers (dropout in train mode) cannot be matched.
+    try:
+        with torch.no_grad():
+            changed = first_difference(sample, output_sample(inputs_mod.flatten_outputs(model(*args))[1]))
+    except TASK_FAILURES as exc:  # it ran once: a second call failing is the task's fault all the same
+        raise TaskError(f"Model.forward(*get_inputs()) raised on a second call: {_where(exc, origin)}",
+                        path=origin) from None
+    if changed:
+        raise TaskError(f"Model.forward gave other outputs for the same inputs on a second call ({changed}): it draws "
+                        "random numbers (dropout in train mode, say; --module-mode eval turns that off) or keeps "
+                        "state between calls, and no candidate can be checked against it", path=origin)
     from cuda_l1.evaluate.launch_share import SLOW_S, launch_share
 
     if not (measure_launches and device.startswith("cuda")) or first_s > SLOW_S:
