@@ -52,7 +52,7 @@ def test_a_send_to_a_peer_that_stopped_reading_times_out_instead_of_blocking():
     (lambda t: t[:0], True),  # empty
 ])
 def test_dense_layout_accepts_reorderings_and_refuses_broadcasts_overlaps_and_gaps(view, dense):
-    from cuda_l1.evaluate.verify import dense_layout
+    from cuda_l1.evaluate.output_memory import dense_layout
 
     t = view(torch.zeros(6, 8))
     assert dense_layout(list(t.shape), list(t.stride())) is dense
@@ -943,7 +943,7 @@ def test_outputs_of_one_call_overlapping_where_the_references_are_apart():
     """Two overlapping views of one buffer where the reference's two outputs are apart: incorrect, on a
     CPU (places by address on both sides) and on a GPU (the candidate's by handle, the reference's by
     its own address, as its side describes them: it exports no handle)."""
-    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate import output_memory, verify
     from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
     n = 1 << 16
@@ -954,7 +954,7 @@ def test_outputs_of_one_call_overlapping_where_the_references_are_apart():
     ref = CallOutputs(("tuple", 2), [leaf("cpu", 0, 8 * n, 1 << 20), leaf("cpu", 0, 8 * n, 1 << 24)])
     views = CallOutputs(("tuple", 2), [leaf("cpu", 0, 12 * n, 1 << 28), leaf("cpu", n, 12 * n, 1 << 28)])
     apart = CallOutputs(("tuple", 2), [leaf("cpu", 0, 8 * n, 1 << 28), leaf("cpu", 0, 8 * n, 1 << 29)])
-    assert verify.overlapping_outputs(views) == {(0, 1)} and verify.overlapping_outputs(apart) == set()
+    assert output_memory.overlapping_outputs(views) == {(0, 1)} and output_memory.overlapping_outputs(apart) == set()
     found = [(f.check, f.status) for f in verify.call_findings(views, ref, "", [])]
     assert found == [("output_ownership", "incorrect")]
     assert verify.call_findings(apart, ref, "", []) == []
@@ -971,7 +971,7 @@ def test_a_call_whose_outputs_share_past_the_cap_is_incorrect_unless_the_referen
     """Past MAX_PAIRS sharing pairs (or MAX_TESTS pairs tested) a call is undecided, which used to
     skip the comparison: one tensor returned 96 times scored ok at 3.05 where the reference computes
     96. Undecided where the reference is not is incorrect; both undecided, nothing to hold to."""
-    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate import output_memory, verify
     from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
     def leaf(address):
@@ -979,12 +979,12 @@ def test_a_call_whose_outputs_share_past_the_cap_is_incorrect_unless_the_referen
 
     same = CallOutputs(("tuple", 96), [leaf(1 << 20)] * 96)
     apart = CallOutputs(("tuple", 96), [leaf((1 << 20) + k * (1 << 16)) for k in range(96)])
-    assert verify.overlapping_outputs(same) is None and verify.overlapping_outputs(apart) == set()
+    assert output_memory.overlapping_outputs(same) is None and output_memory.overlapping_outputs(apart) == set()
     found = [(f.check, f.status) for f in verify.call_findings(same, apart, "", [])]
     assert found == [("output_ownership", "incorrect")]
     assert verify.call_findings(same, same, "", []) == []
     few = CallOutputs(("tuple", 8), [leaf(1 << 20)] * 8)  # below the cap: every pair, as before
-    assert len(verify.overlapping_outputs(few)) == 28
+    assert len(output_memory.overlapping_outputs(few)) == 28
 
 
 @pytest.mark.parametrize("split,shared", [
@@ -999,13 +999,13 @@ def test_a_call_whose_outputs_share_past_the_cap_is_incorrect_unless_the_referen
 def test_outputs_of_one_buffer_share_memory_only_where_an_element_is_in_both(split, shared):
     """The outputs' memory is compared element by element, not by the bytes between each view's ends:
     the column blocks of a fused product's result interleave without sharing and are apart."""
-    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate import output_memory, verify
     from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
     buf = torch.zeros(8, 8)
     leaves = [LeafRef("tensor", "Tensor", "float32", list(v.shape), list(v.stride()), v.storage_offset(), 256, "cpu",
                       1 << 20) for v in split(buf)]
-    assert verify.overlapping_outputs(CallOutputs(("tuple", 2), leaves)) == ({(0, 1)} if shared else set())
+    assert output_memory.overlapping_outputs(CallOutputs(("tuple", 2), leaves)) == ({(0, 1)} if shared else set())
 
 
 @pytest.mark.parametrize("view,overlapping", [
@@ -1015,11 +1015,11 @@ def test_outputs_of_one_buffer_share_memory_only_where_an_element_is_in_both(spl
     (lambda t: t.reshape(-1)[: t.shape[1] + 3].unfold(0, 4, 1), True),  # overlapping windows
 ])
 def test_a_view_with_gaps_is_reported_and_only_an_overlapping_one_is_incorrect(view, overlapping):
-    from cuda_l1.evaluate import verify
+    from cuda_l1.evaluate import output_memory, verify
     from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
     t = view(torch.zeros(6, 8))
-    assert verify.self_overlapping(list(t.shape), list(t.stride())) is overlapping
+    assert output_memory.self_overlapping(list(t.shape), list(t.stride())) is overlapping
     cand = LeafRef("tensor", "Tensor", "float32", list(t.shape), list(t.stride()), t.storage_offset(), 4096, "cpu", 64)
     dense = t.contiguous()
     ref = LeafRef("tensor", "Tensor", "float32", list(dense.shape), list(dense.stride()), 0, 4096, "cpu", 4096)

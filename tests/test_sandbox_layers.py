@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cuda_l1.evaluate import protocol, timing, validate, verify
+from cuda_l1.evaluate import output_memory, protocol, timing, validate, verify
 from cuda_l1.evaluate.confine import ConfinePlan, landlock_abi
 from cuda_l1.evaluate.protocol import CallOutputs, ProtocolError
 from cuda_l1.evaluate.config import SandboxConfig
@@ -422,8 +422,8 @@ def _call(*leaves: dict) -> CallOutputs:
 
 def test_outputs_of_one_window_may_not_share_memory():
     a, b = _call(_leaf(address=4096)), _call(_leaf(address=4096 + 32))
-    assert verify.shared_storage([a, b]) is not None
-    assert verify.shared_storage([a, _call(_leaf(address=8192))]) is None
+    assert output_memory.shared_storage([a, b]) is not None
+    assert output_memory.shared_storage([a, _call(_leaf(address=8192))]) is None
 
 
 def test_descriptions_are_compared_before_any_value():
@@ -433,7 +433,7 @@ def test_descriptions_are_compared_before_any_value():
     assert verify.describe_mismatch(_call(protocol.LeafRef("foreign", "Deferred").to_wire()), ref)[0].status == "rejected"
     assert verify.describe_mismatch(_call(_leaf(), _leaf(address=9000)), ref)[0].check == "output_structure"
     assert verify.describe_mismatch(_call(_leaf(address=1 << 20)), ref) == []
-    assert verify.aliases(validate.leaf_ref(_leaf(address=5000)), "", [(4096, 8192)])
+    assert output_memory.aliases(validate.leaf_ref(_leaf(address=5000)), "", [(4096, 8192)])
 
 
 def test_a_side_that_keeps_capabilities_is_refused_not_run(tmp_path):

@@ -123,7 +123,7 @@ class Describer:
                 if self.export:
                     ref.handle, ref.handle_offset = self.handles[key], ptr - base
                 else:  # the reference: its own address, only to tell which of its outputs share memory
-                    ref.address = ptr  # (verify.overlapping_outputs); nothing reads a CUDA output by one
+                    ref.address = ptr  # (output_memory.overlapping_outputs); nothing reads a CUDA output by one
             else:
                 ref.address = ptr
             refs.append(ref)

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Callable
 
-from cuda_l1.evaluate import verify
+from cuda_l1.evaluate import output_memory, verify
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled, Verified, Verify
 from cuda_l1.evaluate.remote import Unreadable
@@ -53,7 +53,7 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
             raise ReferenceFailure(f"the reference's outputs could not be read: {exc}") from None
     oracle = float64_outputs(env, slot, config, time_left) if mode == "oracle" else None
     results = []
-    limit = verify.read_limit(verify.span_bytes(ref) for ref in ref_call.leaves if ref.kind == "tensor")
+    limit = output_memory.read_limit(output_memory.span_bytes(ref) for ref in ref_call.leaves if ref.kind == "tensor")
     for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves)):
         if ref is None or leaf.kind != "tensor":
             results.append(LeafVerdict(True))

@@ -15,7 +15,7 @@ import secrets
 import statistics
 import time
 
-from cuda_l1.evaluate import gating, output_checks, process_counters, timing, verify, windows
+from cuda_l1.evaluate import gating, output_checks, output_memory, process_counters, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.precision import Comparison
@@ -197,10 +197,10 @@ class Referee:
             return
         # The harness keeps the previous window's outputs alive, so nothing of this window may share
         # their memory either: a static buffer is seen even in windows of one call.
-        shared = verify.shared_storage(calls) or verify.shared_storage(self.previous_calls + calls)
+        shared = output_memory.shared_storage(calls) or output_memory.shared_storage(self.previous_calls + calls)
         self.previous_calls = list(calls)
         if shared:
-            self._fail("output_ownership", REJECTED, shared if verify.shared_storage(calls) else
+            self._fail("output_ownership", REJECTED, shared if output_memory.shared_storage(calls) else
                        "a call returned an output in the memory of an output of the previous window "
                        "(outputs reuse a static buffer)")
             return

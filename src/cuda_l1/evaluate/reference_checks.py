@@ -13,6 +13,7 @@ import torch
 
 from cuda_l1.evaluate import verify as judge
 from cuda_l1.evaluate.inputs import flatten_outputs
+from cuda_l1.evaluate.output_memory import read_limit
 from cuda_l1.evaluate.precision import ToleranceConfig
 from cuda_l1.evaluate.protocol import LeafVerdict, Verified, Verify
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
@@ -69,7 +70,7 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
     spots = []  # (call, output, spot_values' arguments) of every output checked at spots
     for call in msg.calls:
         _, mine = flatten_outputs(side.kept[call.ref_index])
-        limit = judge.read_limit(r.numel() * r.element_size() for r in mine if isinstance(r, torch.Tensor))
+        limit = read_limit(r.numel() * r.element_size() for r in mine if isinstance(r, torch.Tensor))
         oracle = None
         if call.mode == "oracle":
             started = time.perf_counter()

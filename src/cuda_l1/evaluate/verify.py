@@ -6,7 +6,6 @@ Every finding is (check name, status it implies, plain-words reason).
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 from dataclasses import dataclass
@@ -14,8 +13,10 @@ from typing import Callable
 
 import torch
 
+from cuda_l1.evaluate.output_memory import (MAX_PAIRS, MAX_TESTS, aliases, dense_layout, overlapping_outputs,
+                                            placed, self_overlapping)
 from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, compare, compared_exactly
-from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef, LeafVerdict
+from cuda_l1.evaluate.protocol import CallOutputs, LeafRef, LeafVerdict
 from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 
 
@@ -76,35 +77,6 @@ def describe_mismatch(cand: CallOutputs, ref: CallOutputs) -> list[Finding]:
     return found
 
 
-def self_overlapping(shape: list[int], stride: list[int]) -> bool:
-    """Whether two positions of a view may share memory: unless each dimension's stride, from the
-    smallest, clears everything the smaller ones reach (a dense layout in any order, or one with gaps),
-    it counts as overlapping. Layouts that interleave without sharing and are not nested this way
-    count too: no PyTorch operation makes one, and a candidate building one by hand gets the doubt."""
-    if any(n == 0 for n in shape):
-        return False  # no elements, no memory
-    reach = 1  # elements the dimensions so far span, plus one
-    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n > 1):
-        if st < reach:
-            return True
-        reach += (n - 1) * st
-    return False
-
-
-def dense_layout(shape: list[int], stride: list[int]) -> bool:
-    """Whether a layout is some order of a dense, non-overlapping one: each dimension's stride, taken
-    from the smallest, is the product of the sizes before it (no stride 0, no two dimensions sharing
-    memory, no gaps)."""
-    if any(n == 0 for n in shape):
-        return True  # no elements, no memory
-    expected = 1
-    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n > 1):
-        if st != expected:
-            return False
-        expected *= n
-    return True
-
-
 def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
                   input_ranges: list[tuple[int, int]]) -> list[Finding]:
     """What the parent sees of a checked call without reading it: its description against the
@@ -116,7 +88,7 @@ def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
     # less written than asked, and a caller changing one output would change the other. Only where the
     # reference's outputs carry their places: on a GPU its side describes none (it exports no handle).
     # A call already refused by its description is not tested further (each pair costs a solve).
-    if _placed(ref) and not any(f.status in (INCORRECT, REJECTED) for f in found):
+    if placed(ref) and not any(f.status in (INCORRECT, REJECTED) for f in found):
         ref_pairs = overlapping_outputs(ref)
         cand_pairs = overlapping_outputs(cand) if ref_pairs is not None else None
         if ref_pairs is None:  # the reference's own outputs meet beyond what is tested: nothing to hold to
@@ -129,89 +101,6 @@ def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
             found.append(Finding("output_ownership", INCORRECT, f"outputs {first + 1} and {second + 1} of one call "
                                  "share memory, where the reference's are apart (changing one changes the other)"))
     return found
-
-
-MAX_PAIRS = 4096  # sharing pairs of one call's outputs collected; at the cap the call is undecided
-MAX_TESTS = 4096  # pairs of one call tested element by element (_share_elements); past it, undecided
-
-
-def _placed(call: CallOutputs) -> bool:
-    """Whether every tensor output of the call says where its memory is: an IPC handle (a candidate's
-    CUDA output), or an address in the side's own memory (a CPU output; the reference's CUDA output,
-    which its side describes by address since it exports no handle)."""
-    return all(leaf.handle or leaf.address for leaf in call.leaves if leaf.kind == "tensor" and leaf.numel())
-
-
-def overlapping_outputs(call: CallOutputs) -> set[tuple[int, int]] | None:
-    """Pairs (i, j), i < j, of one call's tensor outputs that share memory: the bytes from each view's
-    first element to its last, sorted and swept (each output compared with those still open only),
-    then each pair whose bytes meet tested element by element (_share_elements), so that two column
-    blocks of one buffer, interleaved but apart, are not a pair. None (undecided) once MAX_PAIRS pairs
-    share or MAX_TESTS pairs were tested: many outputs in one memory cost the parent a solve each."""
-    spans = sorted((_view_span(leaf), index) for index, leaf in enumerate(call.leaves)
-                   if leaf.kind == "tensor" and leaf.numel())
-    pairs: set[tuple[int, int]] = set()
-    tests = 0
-    open_spans: list[tuple[str, int, int]] = []  # (allocation, end, output index)
-    for (alloc, lo, hi), index in spans:
-        open_spans = [span for span in open_spans if span[0] == alloc and span[1] > lo]
-        for _, _, other in open_spans:
-            tests += 1
-            if tests > MAX_TESTS:
-                return None
-            if _share_elements(call.leaves[other], call.leaves[index]):
-                pairs.add((min(other, index), max(other, index)))
-                if len(pairs) >= MAX_PAIRS:
-                    return None
-        open_spans.append((alloc, hi, index))
-    return pairs
-
-
-def _view_span(ref: LeafRef) -> tuple[str, int, int]:
-    """(allocation, first byte, end) of the bytes a view reaches from its first element (strides are
-    never negative, so that is its lowest)."""
-    alloc, start = (ref.handle, ref.handle_offset) if ref.handle else ("address", ref.address)
-    return alloc, start + ref.storage_offset * ITEMSIZE[ref.dtype], start + max(ref.extent_bytes(), 1)
-
-
-SHARE_WORK = 1000  # numpy's effort bound for one pair (a layout harder than that counts as shared): torch's
-# splits, chunks, unbinds and step slices of one buffer are solved within 1; a hard pair costs about 0.2 ms
-
-
-def _share_elements(a: LeafRef, b: LeafRef) -> bool:
-    """Whether two views of one allocation have a byte in common, solved exactly (numpy's bounded
-    Diophantine test on views at made-up addresses with the leaves' offsets, shapes, strides and item
-    sizes: nothing is read). Layouts too hard to solve within SHARE_WORK, or too large for numpy, count
-    as sharing. Only where the two views sit relative to each other matters, so answers are kept by
-    that (every checked call of a candidate returns the same layout, each round)."""
-    (_, lo_a, _), (_, lo_b, _) = _view_span(a), _view_span(b)
-    return _share_solved(lo_b - lo_a, tuple(a.shape), tuple(a.stride), ITEMSIZE[a.dtype],
-                         tuple(b.shape), tuple(b.stride), ITEMSIZE[b.dtype])
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _share_solved(gap: int, shape_a: tuple, stride_a: tuple, item_a: int, shape_b: tuple, stride_b: tuple,
-                  item_b: int) -> bool:
-    """_share_elements for two views whose first elements are `gap` bytes apart (b's minus a's)."""
-    import numpy as np
-
-    try:
-        a = np.asarray(_ArrayAt(_FAKE_BASE + max(-gap, 0), shape_a, stride_a, item_a))
-        b = np.asarray(_ArrayAt(_FAKE_BASE + max(gap, 0), shape_b, stride_b, item_b))
-        return bool(np.shares_memory(a, b, max_work=SHARE_WORK))
-    except (getattr(np, "exceptions", np).TooHardError, ValueError, OverflowError):  # (a layout numpy
-        return True  # cannot hold: leaves passed validate.py's bounds do not make one; in doubt, shared)
-
-
-_FAKE_BASE = 1 << 40  # where _share_elements places the lower view: any address numpy will not take for NULL
-
-
-class _ArrayAt:
-    """A numpy array interface describing a view at `start` (its first element), never read."""
-
-    def __init__(self, start: int, shape: tuple, stride: tuple, item: int):
-        self.__array_interface__ = {"data": (start, True), "shape": shape, "version": 3,
-                                    "strides": tuple(st * item for st in stride), "typestr": f"|V{item}"}
 
 
 def _same_value(a, b) -> bool:
@@ -228,53 +117,6 @@ def _same_value(a, b) -> bool:
         except OverflowError:
             return False
     return False
-
-
-def _span(ref: LeafRef) -> tuple[str, int, int]:
-    """(allocation, first byte, end) of the storage a leaf views, for overlap tests."""
-    if ref.handle:
-        return ref.handle, ref.handle_offset, ref.handle_offset + max(ref.extent_bytes(), 1)
-    return "cpu", ref.address, ref.address + max(ref.extent_bytes(), 1)
-
-
-def shared_storage(calls: list[CallOutputs]) -> str | None:
-    """Outputs of different calls of one window that share memory: a static buffer reused per call,
-    which overwrites what an earlier caller already received. (Sorted by address and swept once, so
-    a window of many calls with many outputs costs the parent n log n, not n squared.)"""
-    spans = sorted((_span(leaf), index) for index, call in enumerate(calls) for leaf in call.leaves
-                   if leaf.kind == "tensor" and leaf.numel())
-    reach: dict[str, tuple[int, int]] = {}  # allocation -> (furthest end so far, the call it belongs to)
-    for (alloc, lo, hi), index in spans:
-        end, owner = reach.get(alloc, (-1, -1))
-        if lo < end and owner != index:
-            first, second = sorted((owner, index))
-            return f"calls {first + 1} and {second + 1} of one window returned outputs in the same memory"
-        if hi > end:
-            reach[alloc] = (hi, index)
-    return None
-
-
-def read_limit(reference_spans) -> int:
-    """The most bytes one output of a candidate's call may span when read: twice what all of the
-    reference's outputs of the call span together, plus 1 MiB. (One output's own span was the bound:
-    the column blocks of one fused product's result, views with gaps, each span about the whole
-    buffer, and three of them, a fused QKV projection's, were refused as unreadable.)"""
-    return 2 * sum(reference_spans) + (1 << 20)
-
-
-def span_bytes(leaf: LeafRef) -> int:
-    """Bytes from a view's first element to its last: what reading it costs."""
-    return leaf.extent_bytes() - leaf.storage_offset * ITEMSIZE.get(leaf.dtype, 1) if leaf.numel() else 0
-
-
-def aliases(leaf: LeafRef, input_handle: str, input_ranges: list[tuple[int, int]]) -> bool:
-    """An output in the side's input buffer (its handle, or inside the mapping the kernel lists)."""
-    if leaf.kind != "tensor" or leaf.numel() == 0:
-        return False
-    if leaf.handle:
-        return leaf.handle == input_handle
-    lo, hi = leaf.address, leaf.address + leaf.extent_bytes()
-    return any(lo < b and a < hi for a, b in input_ranges)
 
 
 def _beyond(got: torch.Tensor, expect: torch.Tensor, bound: float) -> float | None:
