@@ -78,8 +78,8 @@ def overlapping_outputs(call: CallOutputs) -> set[tuple[int, int]] | None:
 def _view_span(ref: LeafRef) -> tuple[str, int, int]:
     """(allocation, first byte, end) of the bytes a view reaches from its first element (strides are
     never negative, so that is its lowest)."""
-    alloc, start = (ref.handle, ref.handle_offset) if ref.handle else ("address", ref.address)
-    return alloc, start + ref.storage_offset * ITEMSIZE[ref.dtype], start + max(ref.extent_bytes(), 1)
+    alloc, start, end = _span(ref)
+    return alloc, start + ref.storage_offset * ITEMSIZE[ref.dtype], end
 
 
 SHARE_WORK = 1000  # numpy's effort bound for one pair (a layout harder than that counts as shared): torch's
@@ -123,7 +123,7 @@ class _ArrayAt:
 
 
 def _span(ref: LeafRef) -> tuple[str, int, int]:
-    """(allocation, first byte, end) of the storage a leaf views, for overlap tests."""
+    """(allocation, first byte, end) of the storage a leaf views, from the storage's start."""
     if ref.handle:
         return ref.handle, ref.handle_offset, ref.handle_offset + max(ref.extent_bytes(), 1)
     return "cpu", ref.address, ref.address + max(ref.extent_bytes(), 1)

@@ -86,14 +86,13 @@ def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
         found.append(Finding("no_input_aliasing", REJECTED, "an output lies in the candidate's input buffer"))
     # Outputs of one call in one memory (two views of one buffer) where the reference's are apart:
     # less written than asked, and a caller changing one output would change the other. Only where the
-    # reference's outputs carry their places: on a GPU its side describes none (it exports no handle).
-    # A call already refused by its description is not tested further (each pair costs a solve).
-    if placed(ref) and not any(f.status in (INCORRECT, REJECTED) for f in found):
-        ref_pairs = overlapping_outputs(ref)
-        cand_pairs = overlapping_outputs(cand) if ref_pairs is not None else None
-        if ref_pairs is None:  # the reference's own outputs meet beyond what is tested: nothing to hold to
-            pass
-        elif cand_pairs is None:
+    # reference's outputs carry their places (its side gives its own addresses, on a GPU too), and not
+    # for a call its description already refused (each pair costs a solve). A reference whose own
+    # outputs meet beyond what is tested (None) leaves nothing to hold a candidate to.
+    if placed(ref) and not any(f.status in (INCORRECT, REJECTED) for f in found) \
+            and (ref_pairs := overlapping_outputs(ref)) is not None:
+        cand_pairs = overlapping_outputs(cand)
+        if cand_pairs is None:
             found.append(Finding("output_ownership", INCORRECT, f"more of the call's outputs meet in memory than "
                                  f"are tested ({MAX_PAIRS} pairs, {MAX_TESTS} tests), where the reference's do not"))
         elif extra := sorted(cand_pairs - ref_pairs):

@@ -240,12 +240,8 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     sample = output_sample(leaves)
     out = leaves = leaf = None  # no output of the first call held through the calls after it
     # The same inputs again: a reference drawing random numbers (dropout in train mode) cannot be matched.
-    try:
-        with torch.no_grad():
-            changed = first_difference(sample, output_sample(inputs_mod.flatten_outputs(model(*args))[1]))
-    except TASK_FAILURES as exc:  # it ran once: a second call failing is the task's fault all the same
-        raise TaskError(f"Model.forward(*get_inputs()) raised on a second call: {_where(exc, origin)}",
-                        path=origin) from None
+    changed = first_difference(sample, _again(lambda: output_sample(inputs_mod.flatten_outputs(model(*args))[1]),
+                                              origin))
     if changed:
         raise TaskError(f"Model.forward gave other outputs for the same inputs on a second call ({changed}): it draws "
                         "random numbers (dropout in train mode, say; --module-mode eval turns that off) or keeps "
@@ -255,13 +251,20 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     if not (measure_launches and device.startswith("cuda")) or first_s > SLOW_S:
         return FirstRun(output_bytes)
 
+    return FirstRun(output_bytes, _again(lambda: launch_share(lambda: model(*args), device), origin))
+
+
+def _again(calls, origin: str):
+    """`calls()` (more calls of the reference's forward, without gradients): it ran once, so a later
+    call failing is the task's fault all the same."""
+    import torch
+
     try:
         with torch.no_grad():
-            share = launch_share(lambda: model(*args), device)
-    except TASK_FAILURES as exc:  # it ran once: a second call failing is the task's fault all the same
+            return calls()
+    except TASK_FAILURES as exc:
         raise TaskError(f"Model.forward(*get_inputs()) raised on a second call: {_where(exc, origin)}",
                         path=origin) from None
-    return FirstRun(output_bytes, share)
 
 
 def _unusable_tensor(value, on_meta: bool = False, output: bool = False) -> str:
