@@ -179,6 +179,22 @@ class Referee:
             if self.status is not None:
                 return
 
+    def _inputs_unchanged(self, slots: list[int], pristine: RoundInputs) -> bool:
+        """After both windows and the outputs' verification (a side's buffer is written again only by its next
+        window): whether each side left its inputs as written. The reference changing them is the task's."""
+        with self.phase("input_checks"):
+            for side in (self.env.ref, self.cand):
+                try:
+                    changed = [f"were modified (call {k + 1})" for k in changed_inputs(side, slots, pristine)]
+                except Unreadable as exc:
+                    changed = [f"could not be read back ({exc})"]
+                if changed and side is self.env.ref:
+                    raise ReferenceFailure(f"the reference's inputs {changed[0]}; such a task cannot be judged")
+                if changed:
+                    self._fail("inputs_unchanged", REJECTED, f"the candidate's input tensors {changed[0]}")
+                    return False
+        return True
+
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
         if cand.input_ranges:  # CPU: the input buffer is still mapped once, where the harness mapped it
@@ -258,13 +274,6 @@ class Referee:
                 if side is env.ref:
                     with self.phase("windows"):
                         self._reference_window(slots, timeout, inputs=pristine)
-                    try:
-                        with self.phase("input_checks"):
-                            ref_changed = changed_inputs(env.ref, slots, pristine)
-                    except Unreadable as exc:
-                        raise ReferenceFailure(f"the reference's inputs could not be read back: {exc}") from None
-                    if ref_changed:
-                        raise ReferenceFailure("the reference's forward modifies its inputs; such a task cannot be judged")
                     if not warm:  # the reference's peak sets what the candidate may hold (side_memory.py)
                         self.cand_proc.allow_memory(env.note_reference_memory())
                     continue
@@ -280,25 +289,16 @@ class Referee:
                 if len(side.ran.calls) != len(slots):
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
-                try:
-                    with self.phase("input_checks"):
-                        changed = changed_inputs(side, slots, pristine)
-                except Unreadable as exc:
-                    self._fail("inputs_unchanged", REJECTED, f"the candidate's inputs could not be read back ({exc})")
-                    return
-                if changed:
-                    self._fail("inputs_unchanged", REJECTED, f"the candidate modified its input tensors (call {changed[0] + 1})")
-                    return
             self.cand.proc.watch()
             with self.phase("verification"):
                 self.verify_round(rounds)
-            if self.status is not None:
+            # The pause is for the reference's process, which stays stopped through it: the parent checks both
+            # sides' inputs and makes the next round's (the plan's count, unless the warm-up changes it) meanwhile.
+            resume_at = time.perf_counter() + tc.settle_s
+            if not self._inputs_unchanged(slots, pristine) or self.status is not None:  # a change is named either way
                 return
             pristine = None  # checked and verified: its memory goes to the next inputs, not beside them
             if cfg.device.startswith("cuda") and tc.settle_s > 0:
-                # The pause is for the reference's process, which stays stopped through it: the parent
-                # makes the next round's inputs meanwhile (the plan's count, unless the warm-up changes it).
-                resume_at = time.perf_counter() + tc.settle_s
                 with self.phase("inputs"):
                     ahead = self.env.fresh_inputs(max(plan.values()))
                 with self.phase("settle"):
