@@ -20,7 +20,7 @@ Where a round's noise comes from: every recorded window's parts are written out 
 round, the reference's and the candidate's wall, start (inputs written and side resumed: up to the
 request), request-to-reply and idle-wait milliseconds; what is left of the wall is stopping the
 side), and --input-memory-gib sets the input slots' budget (EvalConfig.input_memory_bytes; default
-a fifth of the GPU): more slots, more calls a window, for the memory-bound tasks whose few calls a
+two fifths of the GPU, at most half its free memory): more slots, more calls a window, for the memory-bound tasks whose few calls a
 window leave their rounds noisy.
 """
 

@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--fresh-sides", action="store_true",
                         help="sides started as fresh interpreters, not forked from the fork server (the default)")
     parser.add_argument("--input-memory-gib", type=float, default=None,
-                        help="budget of the input slots (EvalConfig.input_memory_bytes), GiB; default a fifth of the GPU")
+                        help="budget of the input slots (EvalConfig.input_memory_bytes), GiB; default two fifths of the GPU (at most half its free memory)")
     args = parser.parse_args()
     tasks = load_builtin(args.sizes or ("gpu" if args.device.startswith("cuda") else "cpu"))[: args.limit]
     jobs = batch(tasks)

@@ -49,7 +49,7 @@ KEEP_EVALUATORS = 3  # as a worker does (jobs.Evaluators): every one kept holds 
 def evaluator_for(case) -> Evaluator:
     """The evaluator of the case's reference, reused; the least recently used beyond KEEP_EVALUATORS is
     closed. Kept without a bound, the evaluators of the corpus's references held their sides' input slots
-    (a fifth of the GPU each) and a later, honest candidate ran out of device memory on an 80 GB H100."""
+    (up to two fifths of the GPU each, a fifth then) and a later, honest candidate ran out of device memory on an 80 GB H100."""
     evaluator = _evaluators.pop(case.reference, None)
     if evaluator is None:
         while len(_evaluators) >= KEEP_EVALUATORS:

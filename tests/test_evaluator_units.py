@@ -448,6 +448,26 @@ def test_input_bytes_compare_equal_and_find_one_changed_byte_at_any_width(nbytes
     assert same_bytes(a[1:], a.clone()[1:])  # views at odd addresses are compared too
 
 
+def test_a_gpus_input_slots_take_two_fifths_of_it_and_at_most_half_of_what_is_free(monkeypatch):
+    """More slots, more calls a window: a fifth of an 80 GiB H100 gave a 1.5 GiB-input task 3 slots and
+    identical code 112 rounds; 32 GiB gave 7 slots and 16 rounds. A worker's other tasks keep theirs."""
+    import torch
+
+    from cuda_l1.evaluate.config import EvalConfig
+    from cuda_l1.evaluate.task_env import _slot_budget
+
+    gib = 1 << 30
+    config = EvalConfig(device="cuda")
+    one_slot = 3 * (3 * gib // 2) + 4 * (gib >> 10)  # three copies of 1.5 GiB in, four of 1 MiB out
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (78 * gib, 80 * gib))
+    assert _slot_budget(config, 3 * gib // 2, gib >> 10) == 32 * gib // one_slot == 7
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (20 * gib, 80 * gib))
+    assert _slot_budget(config, 3 * gib // 2, gib >> 10) == 10 * gib // one_slot == 2
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (gib, 80 * gib))
+    assert _slot_budget(config, 3 * gib // 2, gib >> 10) == 1  # never none
+    assert _slot_budget(EvalConfig(device="cuda", input_memory_bytes=16 * gib), 3 * gib // 2, gib >> 10) == 3
+
+
 def test_input_slots_are_budgeted_on_outputs_too():
     from cuda_l1.evaluate.config import EvalConfig
     from cuda_l1.evaluate.task_env import _slot_budget

@@ -148,7 +148,8 @@ class EvalConfig:
     build_cache_dir: str | None = setting(None, "where extension builds are cached (default:"
                                           " CUDA_L1_CACHE or ~/.cache)")
     input_memory_bytes: int | None = setting(None, "budget for the input slots of both sides "
-                                             "(default: a fifth of the device's memory; 1 GiB on a CPU)")
+                                             "(default on a GPU: two fifths of its memory, at most half of what is free when the "
+                                             "task is prepared; 1 GiB on a CPU)")
 
     def __post_init__(self) -> None:
         # The whole tree is checked here, nested settings included: an Evaluator copies its config

@@ -86,11 +86,19 @@ def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int) -> int
     and each side keeps the outputs of two windows (this one's and the last one's) until they are
     read. `output_bytes`: one call's, from the reference's run (a small-input task with a large output,
     KernelBench's matmul with K=32: 4 MiB in, 1 GiB out, would get 256 slots on its inputs alone and
-    exhaust the GPU)."""
+    exhaust the GPU).
+
+    On a GPU: two fifths of the device, and no more than half of what is free now (a worker holds the
+    references of other tasks, each with its slots). Every window has a fixed cost of its own (about
+    0.2 ms on an H100: the first window of a round is slower than the second), so more calls a window
+    make a round less noisy: with a fifth, KernelBench-sized memory-bound tasks got 2-3 slots and
+    identical code needed 28-112 rounds (cf. 16-20 with 32 GiB on an 80 GiB H100, 6-7 slots)."""
     if config.input_memory_bytes:
         budget = config.input_memory_bytes
     elif config.device.startswith("cuda"):
-        budget = torch.cuda.get_device_properties(torch.device(config.device)).total_memory // 5
+        device = torch.device(config.device)
+        free, total = torch.cuda.mem_get_info(device)
+        budget = min(total * 2 // 5, free // 2)
     else:
         budget = 1 << 30
     return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * output_bytes, 1)))
@@ -282,7 +290,7 @@ class TaskEnv:
             raise
 
     def _drop_slots(self, buffer: SlotBuffer | None) -> None:
-        """A reference side that failed to start gives its input slots back (on a GPU up to a fifth of
+        """A reference side that failed to start gives its input slots back (on a GPU up to two fifths of
         its memory, allocated outside torch's cache), whether or not it became the task's side."""
         if self.ref is not None and self.ref.buffer is buffer:
             self.ref.memory.close()
