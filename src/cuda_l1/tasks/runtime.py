@@ -215,6 +215,7 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
         raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
     args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
                                            device), origin)
+    inputs_sample = output_sample(list(args))  # to tell a forward changing its inputs from one drawing random numbers
     try:
         started = time.perf_counter()
         with torch.no_grad():
@@ -239,9 +240,14 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     output_bytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
     sample = output_sample(leaves)
     out = leaves = leaf = None  # no output of the first call held through the calls after it
-    # The same inputs again: a reference drawing random numbers (dropout in train mode) cannot be matched.
-    changed = first_difference(sample, _again(lambda: output_sample(inputs_mod.flatten_outputs(model(*args))[1]),
-                                              origin))
+    if first_difference(inputs_sample, output_sample(list(args))):
+        raise TaskError("Model.forward changes its inputs (they differ after its first call): each side's inputs are "
+                        "checked to be as written after every window, so no candidate can be checked against it",
+                        path=origin)
+    # The same inputs again: a reference drawing random numbers (dropout in train mode) cannot be matched. Its
+    # second outputs are the task's too (compared inside _again: an array there raised in the comparison).
+    changed = _again(lambda: first_difference(sample, output_sample(inputs_mod.flatten_outputs(model(*args))[1])),
+                     origin)
     if changed:
         raise TaskError(f"Model.forward gave other outputs for the same inputs on a second call ({changed}): it draws "
                         "random numbers (dropout in train mode, say; --module-mode eval turns that off) or keeps "
