@@ -1075,3 +1075,46 @@ def test_speedup_ci_trims_each_side_for_replays_and_takes_medians_by_default():
     assert speedup_ci(ref, cand, seed=1, trim=0.2)[0] == pytest.approx(13 / 6)
     point, lo, hi = speedup_ci(ref, cand, seed=1, trim=0.2)
     assert lo <= point <= hi
+
+
+def test_ninety_six_column_blocks_of_one_buffer_are_apart_within_the_cap():
+    """Answers looked up are not solves: 96 column blocks of one fused projection's result meet pairwise
+    (4560 pairs) but sit in 95 relative places, and were refused past a cap that counted every pair."""
+    from cuda_l1.evaluate import output_memory, verify
+    from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+
+    rows, heads, width = 256, 96, 8
+    blocks = [LeafRef("tensor", "Tensor", "float32", [rows, width], [heads * width, 1], k * width,
+                      rows * heads * width * 4, "cpu", 1 << 20) for k in range(heads)]
+    call = CallOutputs(("tuple", heads), blocks)
+    assert output_memory.overlapping_outputs(call) == set()
+    apart = CallOutputs(("tuple", heads), [LeafRef("tensor", "Tensor", "float32", [rows, width], [width, 1], 0,
+                                                   rows * width * 4, "cpu", (1 << 20) + k * (1 << 16)) for k in range(heads)])
+    assert {f.status for f in verify.call_findings(call, apart, "", [])} == {verify.NOTE}  # views with gaps
+
+
+def test_outputs_in_one_shared_memory_at_several_addresses_are_placed_by_the_memory():
+    """A memfd mapped twice gives two addresses of one memory: outputs there are placed by the file
+    and the offset (as a GPU output by its allocation), so they are seen to share; an output reaching
+    out of a shared mapping is no placement at all."""
+    from cuda_l1.evaluate import output_memory
+    from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
+
+    def leaf(address):
+        return LeafRef("tensor", "Tensor", "float32", [1024], [1], 0, 4096, "cpu", address)
+
+    shared = [(0x10000, 0x12000, "00:01:77", 0), (0x20000, 0x22000, "00:01:77", 0), (0x30000, 0x31000, "00:01:78", 0)]
+    twice = CallOutputs(("tuple", 2), [leaf(0x10000), leaf(0x20000)])
+    assert output_memory.overlapping_outputs(twice) == set()  # by address: apart
+    placed = output_memory.physical(twice, shared)
+    assert [x.handle for x in placed.leaves] == ["shared:00:01:77"] * 2
+    assert output_memory.overlapping_outputs(placed) == {(0, 1)}
+    assert output_memory.shared_storage([placed]) is None  # one call: what overlapping_outputs judges
+    second_page = output_memory.physical(CallOutputs(("tuple", 2), [leaf(0x10000), leaf(0x21000)]), shared)
+    assert output_memory.overlapping_outputs(second_page) == set()  # the other page of the file
+    other_file = output_memory.physical(CallOutputs(("tuple", 2), [leaf(0x10000), leaf(0x30000)]), shared)
+    assert output_memory.overlapping_outputs(other_file) == set()
+    private = CallOutputs(("tuple", 1), [leaf(0x40000)])
+    assert output_memory.physical(private, shared) == private
+    assert output_memory.physical(CallOutputs(("tuple", 1), [leaf(0x11800)]), shared) is None  # past its end
+    assert output_memory.physical(CallOutputs(("tuple", 1), [leaf(0x2f800)]), shared) is None  # into one

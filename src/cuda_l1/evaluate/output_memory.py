@@ -5,6 +5,8 @@ output lies in the input buffer, and how many bytes reading one may cost. Nothin
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
 
 from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef
@@ -40,7 +42,8 @@ def dense_layout(shape: list[int], stride: list[int]) -> bool:
 
 
 MAX_PAIRS = 4096  # sharing pairs of one call's outputs collected; at the cap the call is undecided
-MAX_TESTS = 4096  # pairs of one call tested element by element (_share_elements); past it, undecided
+MAX_TESTS = 4096  # pairs of one call solved element by element (_share_elements), answers kept aside; past it, undecided
+MAX_LOOKS = 1 << 16  # pairs of one call whose bytes meet, answered or looked up (a few us each); past it, undecided
 
 
 def placed(call: CallOutputs) -> bool:
@@ -55,19 +58,23 @@ def overlapping_outputs(call: CallOutputs) -> set[tuple[int, int]] | None:
     first element to its last, sorted and swept (each output compared with those still open only),
     then each pair whose bytes meet tested element by element (_share_elements), so that two column
     blocks of one buffer, interleaved but apart, are not a pair. None (undecided) once MAX_PAIRS pairs
-    share or MAX_TESTS pairs were tested: many outputs in one memory cost the parent a solve each."""
+    share, MAX_TESTS pairs needed a solve of their own (each costs the parent up to 0.2 ms) or MAX_LOOKS
+    pairs met. (Solves were once counted with the answers looked up: 96 column blocks of one fused
+    projection's result, 95 solves, were 4560 tests, and an honest candidate was refused.)"""
     spans = sorted((_view_span(leaf), index) for index, leaf in enumerate(call.leaves)
                    if leaf.kind == "tensor" and leaf.numel())
     pairs: set[tuple[int, int]] = set()
-    tests = 0
+    looks = solves = 0
     open_spans: list[tuple[str, int, int]] = []  # (allocation, end, output index)
     for (alloc, lo, hi), index in spans:
         open_spans = [span for span in open_spans if span[0] == alloc and span[1] > lo]
         for _, _, other in open_spans:
-            tests += 1
-            if tests > MAX_TESTS:
+            looks += 1
+            shares, solved = _share_elements(call.leaves[other], call.leaves[index])
+            solves += solved
+            if looks > MAX_LOOKS or solves > MAX_TESTS:
                 return None
-            if _share_elements(call.leaves[other], call.leaves[index]):
+            if shares:
                 pairs.add((min(other, index), max(other, index)))
                 if len(pairs) >= MAX_PAIRS:
                     return None
@@ -86,18 +93,29 @@ SHARE_WORK = 1000  # numpy's effort bound for one pair (a layout harder than tha
 # splits, chunks, unbinds and step slices of one buffer are solved within 1; a hard pair costs about 0.2 ms
 
 
-def _share_elements(a: LeafRef, b: LeafRef) -> bool:
+def _share_elements(a: LeafRef, b: LeafRef) -> tuple[bool, bool]:
     """Whether two views of one allocation have a byte in common, solved exactly (numpy's bounded
     Diophantine test on views at made-up addresses with the leaves' offsets, shapes, strides and item
-    sizes: nothing is read). Layouts too hard to solve within SHARE_WORK, or too large for numpy, count
-    as sharing. Only where the two views sit relative to each other matters, so answers are kept by
-    that (every checked call of a candidate returns the same layout, each round)."""
+    sizes: nothing is read), and whether that took a solve. Layouts too hard to solve within
+    SHARE_WORK, or too large for numpy, count as sharing. Only where the two views sit relative to each
+    other matters, so answers are kept by that (every checked call of a candidate returns the same
+    layout, each round)."""
     (_, lo_a, _), (_, lo_b, _) = _view_span(a), _view_span(b)
-    return _share_solved(lo_b - lo_a, tuple(a.shape), tuple(a.stride), ITEMSIZE[a.dtype],
-                         tuple(b.shape), tuple(b.stride), ITEMSIZE[b.dtype])
+    key = (lo_b - lo_a, tuple(a.shape), tuple(a.stride), ITEMSIZE[a.dtype], tuple(b.shape), tuple(b.stride),
+           ITEMSIZE[b.dtype])
+    known = _SOLVED.get(key)
+    if known is not None:
+        return known, False
+    if len(_SOLVED) >= _SOLVED_KEPT:
+        _SOLVED.clear()
+    _SOLVED[key] = answer = _share_solved(*key)
+    return answer, True
 
 
-@functools.lru_cache(maxsize=1 << 14)
+_SOLVED: dict[tuple, bool] = {}  # _share_elements' answers by relative layout
+_SOLVED_KEPT = 1 << 14
+
+
 def _share_solved(gap: int, shape_a: tuple, stride_a: tuple, item_a: int, shape_b: tuple, stride_b: tuple,
                   item_b: int) -> bool:
     """_share_elements for two views whose first elements are `gap` bytes apart (b's minus a's)."""
@@ -127,6 +145,31 @@ def _span(ref: LeafRef) -> tuple[str, int, int]:
     if ref.handle:
         return ref.handle, ref.handle_offset, ref.handle_offset + max(ref.extent_bytes(), 1)
     return "cpu", ref.address, ref.address + max(ref.extent_bytes(), 1)
+
+
+def physical(call: CallOutputs, shared: list[tuple[int, int, str, int]]) -> CallOutputs | None:
+    """The call with every CPU output that lies in a shared mapping (remote.shared_mappings: start, end,
+    file, offset) placed by that file and offset instead of its address, as a GPU output is placed by
+    its allocation: one memfd mapped at 96 addresses gave 96 outputs that seemed apart and were one.
+    None where an output reaches from a shared mapping into other memory (no allocator makes that)."""
+    if not shared:
+        return call
+    starts, leaves = [m[0] for m in shared], []
+    for leaf in call.leaves:
+        if leaf.kind != "tensor" or leaf.handle or not leaf.numel():
+            leaves.append(leaf)
+            continue
+        lo, hi = leaf.address, leaf.address + max(leaf.extent_bytes(), 1)
+        first = max(bisect.bisect_right(starts, lo) - 1, 0)
+        met = [m for m in shared[first:bisect.bisect_left(starts, hi)] if m[0] < hi and lo < m[1]]
+        if not met:
+            leaves.append(leaf)
+        elif len(met) == 1 and met[0][0] <= lo and hi <= met[0][1]:
+            start, _, file, offset = met[0]
+            leaves.append(dataclasses.replace(leaf, address=0, handle="shared:" + file, handle_offset=offset + lo - start))
+        else:
+            return None
+    return dataclasses.replace(call, leaves=leaves)
 
 
 def shared_storage(calls: list[CallOutputs]) -> str | None:

@@ -22,7 +22,7 @@ from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.protocol import Mapped
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
-from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, side_estimate
+from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, placed_outputs, side_estimate
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
@@ -197,14 +197,9 @@ class Referee:
 
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
-        if cand.input_ranges:  # CPU: the input buffer is still mapped once, where the harness mapped it
-            try:
-                now = mapped_inputs(cand)
-            except ChildFailure:  # not mapped once, whole
-                now = None
-            if now != cand.input_ranges:  # a second mapping would give outputs that are views of the inputs
-                self._fail("no_input_aliasing", REJECTED, "the side mapped its input buffer again, or elsewhere")
-                return
+        placed, problem = placed_outputs(cand)  # CPU: outputs in shared memory placed by it, not by address
+        if problem:
+            return self._fail(problem[0], REJECTED, problem[1])
         calls = cand.ran.calls
         expected = len(ref.ran.calls[0].leaves) if ref.ran.calls else 0
         if any(len(call.leaves) != expected for call in calls):  # before anything costs per leaf
@@ -213,10 +208,10 @@ class Referee:
             return
         # The harness keeps the previous window's outputs alive, so nothing of this window may share
         # their memory either: a static buffer is seen even in windows of one call.
-        shared = output_memory.shared_storage(calls) or output_memory.shared_storage(self.previous_calls + calls)
-        self.previous_calls = list(calls)
+        shared = output_memory.shared_storage(placed) or output_memory.shared_storage(self.previous_calls + placed)
+        self.previous_calls = list(placed)
         if shared:
-            self._fail("output_ownership", REJECTED, shared if output_memory.shared_storage(calls) else
+            self._fail("output_ownership", REJECTED, shared if output_memory.shared_storage(placed) else
                        "a call returned an output in the memory of an output of the previous window "
                        "(outputs reuse a static buffer)")
             return
@@ -228,7 +223,7 @@ class Referee:
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
         checked = output_checks.draw_checked(self.rng, len(calls), round_no, self.config, self._slow_oracle())
         for i, _ in checked:  # what the descriptions show, before anything is read
-            for finding in verify.call_findings(calls[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):
+            for finding in verify.call_findings(placed[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):
                 self._fail(finding.check, finding.status, f"call {i + 1} of round {round_no + 1}: {finding.reason}")
             if self.status is not None:
                 return

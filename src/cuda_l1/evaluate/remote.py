@@ -251,3 +251,20 @@ def input_mappings(pid: int, device_inode: tuple[int, int] | None = None) -> lis
     except (OSError, ValueError):
         pass
     return ranges
+
+
+def shared_mappings(pid: int) -> list[tuple[int, int, str, int]] | None:
+    """(start, end, file, offset in it) of every shared mapping of a CPU side, sorted, from the kernel's
+    view (/proc/PID/maps): memory that two addresses of the process can reach (one memfd mapped twice).
+    None where the map cannot be read."""
+    found = []
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                parts = line.split(maxsplit=5)
+                if len(parts) >= 5 and parts[1][3:4] == "s":
+                    lo, hi = parts[0].split("-")
+                    found.append((int(lo, 16), int(hi, 16), f"{parts[3]}:{parts[4]}", int(parts[2], 16)))
+    except (OSError, ValueError):
+        return None
+    return sorted(found)

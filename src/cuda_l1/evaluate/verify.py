@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from cuda_l1.evaluate.output_memory import (MAX_PAIRS, MAX_TESTS, aliases, dense_layout, overlapping_outputs,
+from cuda_l1.evaluate.output_memory import (MAX_LOOKS, MAX_PAIRS, MAX_TESTS, aliases, dense_layout, overlapping_outputs,
                                             placed, self_overlapping)
 from cuda_l1.evaluate.precision import PROMOTES, Comparison, ToleranceConfig, compare, compared_exactly
 from cuda_l1.evaluate.protocol import CallOutputs, LeafRef, LeafVerdict
@@ -93,8 +93,9 @@ def call_findings(cand: CallOutputs, ref: CallOutputs, input_handle: str,
             and (ref_pairs := overlapping_outputs(ref)) is not None:
         cand_pairs = overlapping_outputs(cand)
         if cand_pairs is None:
-            found.append(Finding("output_ownership", INCORRECT, f"more of the call's outputs meet in memory than "
-                                 f"are tested ({MAX_PAIRS} pairs, {MAX_TESTS} tests), where the reference's do not"))
+            found.append(Finding("output_ownership", INCORRECT, f"more of the call's outputs meet in memory than are "
+                                 f"tested ({MAX_PAIRS} sharing, {MAX_TESTS} solved or {MAX_LOOKS} meeting pairs), "
+                                 "where the reference's do not"))
         elif extra := sorted(cand_pairs - ref_pairs):
             first, second = extra[0]
             found.append(Finding("output_ownership", INCORRECT, f"outputs {first + 1} and {second + 1} of one call "
