@@ -1118,3 +1118,34 @@ def test_outputs_in_one_shared_memory_at_several_addresses_are_placed_by_the_mem
     assert output_memory.physical(private, shared) == private
     assert output_memory.physical(CallOutputs(("tuple", 1), [leaf(0x11800)]), shared) is None  # past its end
     assert output_memory.physical(CallOutputs(("tuple", 1), [leaf(0x2f800)]), shared) is None  # into one
+
+
+def test_a_calls_outputs_are_read_once_over_the_union_of_their_spans_within_one_limit():
+    """On a CPU a call's outputs are read stretch by stretch over the union of their spans, each once,
+    and the limit bounds that union: 16 gappy views of a 32-column buffer were each read whole (the
+    cost grew with the square of the outputs), and any layout reads back the same values."""
+    import os
+
+    from cuda_l1.evaluate import output_memory, remote
+    from cuda_l1.evaluate.protocol import LeafRef
+    from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
+
+    buf, small, wide = torch.randn(64, 32), torch.arange(10, dtype=torch.int16), torch.randn(5, 7).t()
+
+    def ref_of(t):
+        return LeafRef("tensor", "Tensor", str(t.dtype).replace("torch.", ""), list(t.shape), list(t.stride()),
+                       t.storage_offset(), t.untyped_storage().nbytes(), "cpu", t.untyped_storage().data_ptr())
+
+    views = [buf[:, k] for k in range(16)] + [buf[3:9, 2:5], small[1:], wide, buf.reshape(-1)[7:8]]
+    memory = RemoteMemory("cpu", os.getpid, 1 << 30)
+    reads = []
+    original = remote._vm_read
+    try:
+        remote._vm_read = lambda pid, address, nbytes, into=None: reads.append(nbytes) or original(pid, address, nbytes)
+        got = memory.call_tensors([ref_of(v) for v in views], output_memory.read_limit([16 * 64 * 4]))
+    finally:
+        remote._vm_read = original
+    assert all(not isinstance(g, Unreadable) and torch.equal(g, v) for g, v in zip(got, views))
+    # each stretch once: the buffer from its first element to row 63's 16th, the int16 tensor from its second
+    assert sorted(reads) == sorted([(63 * 32 + 16) * 4, (small.numel() - 1) * 2, wide.numel() * 4])
+    assert all(isinstance(g, Unreadable) for g in memory.call_tensors([ref_of(v) for v in views], 1000))

@@ -54,14 +54,16 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
     oracle = float64_outputs(env, slot, config, time_left) if mode == "oracle" else None
     results = []
     limit = output_memory.read_limit(output_memory.span_bytes(ref) for ref in ref_call.leaves if ref.kind == "tensor")
+    compared = [pos for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves))
+                if ref is not None and leaf.kind == "tensor"]
+    read = dict(zip(compared, cand.memory.call_tensors([cand_call.leaves[pos] for pos in compared], limit)))
     for pos, (leaf, ref) in enumerate(zip(cand_call.leaves, ref_leaves)):
-        if ref is None or leaf.kind != "tensor":
+        if pos not in read:
             results.append(LeafVerdict(True))
             continue
-        try:
-            got = cand.memory.tensor(leaf, limit=limit)
-        except Unreadable as exc:
-            results.append(LeafVerdict(False, unreadable=str(exc)))
+        got = read[pos]
+        if isinstance(got, Unreadable):
+            results.append(LeafVerdict(False, unreadable=str(got)))
             continue
         o = oracle[pos] if oracle else None
         results.append(verify.judge_leaf(got, ref, o, mode, bounds[pos], rng, config.timing.spot_checks,

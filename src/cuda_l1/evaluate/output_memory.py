@@ -190,11 +190,13 @@ def shared_storage(calls: list[CallOutputs]) -> str | None:
 
 
 def read_limit(reference_spans) -> int:
-    """The most bytes one output of a candidate's call may span when read: twice what all of the
-    reference's outputs of the call span together, plus 1 MiB. (One output's own span was the bound:
-    the column blocks of one fused product's result, views with gaps, each span about the whole
-    buffer, and three of them, a fused QKV projection's, were refused as unreadable.)"""
-    return 2 * sum(reference_spans) + (1 << 20)
+    """The most bytes a candidate's call's outputs may span when read (on a CPU, their union, each
+    stretch read once; on a GPU, each output's own view): twice what all of the reference's outputs of
+    the call span together, plus 16 MiB. (One output's own span was once the bound: three column
+    blocks of a fused QKV projection's result, views with gaps each spanning about the whole buffer,
+    were refused as unreadable; and with 1 MiB a one-column slice of a 256-column product, an 8 KiB
+    output spanning 2 MiB, was rejected.)"""
+    return 2 * sum(reference_spans) + (16 << 20)
 
 
 def span_bytes(leaf: LeafRef) -> int:
