@@ -1107,7 +1107,8 @@ def test_outputs_in_one_shared_memory_at_several_addresses_are_placed_by_the_mem
     twice = CallOutputs(("tuple", 2), [leaf(0x10000), leaf(0x20000)])
     assert output_memory.overlapping_outputs(twice) == set()  # by address: apart
     placed = output_memory.physical(twice, shared)
-    assert [x.handle for x in placed.leaves] == ["shared:00:01:77"] * 2
+    assert [x.handle for x in placed.leaves] == ["file:00:01:77"] * 2
+    assert [x.address for x in placed.leaves] == [0x10000, 0x20000]  # kept: is it in the input buffer?
     assert output_memory.overlapping_outputs(placed) == {(0, 1)}
     assert output_memory.shared_storage([placed]) is None  # one call: what overlapping_outputs judges
     second_page = output_memory.physical(CallOutputs(("tuple", 2), [leaf(0x10000), leaf(0x21000)]), shared)
@@ -1149,3 +1150,15 @@ def test_a_calls_outputs_are_read_once_over_the_union_of_their_spans_within_one_
     # each stretch once: the buffer from its first element to row 63's 16th, the int16 tensor from its second
     assert sorted(reads) == sorted([(63 * 32 + 16) * 4, (small.numel() - 1) * 2, wide.numel() * 4])
     assert all(isinstance(g, Unreadable) for g in memory.call_tensors([ref_of(v) for v in views], 1000))
+    # An output with no address is refused alone and nothing is read for it (it once sent the whole call
+    # down a path that read each output in full, each up to the call's limit, and held them all).
+    reads.clear()
+    nowhere = LeafRef("tensor", "Tensor", "float32", [64], [1], 0, 256, "cpu", 0)
+    try:
+        remote._vm_read = lambda pid, address, nbytes, into=None: reads.append(nbytes) or original(pid, address, nbytes)
+        got = memory.call_tensors([ref_of(buf[:, 0]), nowhere], output_memory.read_limit([512]))
+    finally:
+        remote._vm_read = original
+    assert torch.equal(got[0], buf[:, 0]) and isinstance(got[1], Unreadable) and reads == [(63 * 32 + 1) * 4]
+    # Two outputs, each a view of its own buffer with three times its rows' pitch, are read.
+    assert output_memory.read_limit([16 << 20, 16 << 20]) >= 2 * 3 * (16 << 20)

@@ -313,6 +313,9 @@ def get_init_inputs():
     # Its inputs changed (said as such, not as random numbers); its second outputs, numpy arrays, could not be
     # compared (the comparison raised, and the task's fault became a candidate's runtime_error).
     ("x.add_(1.0)\n        return x * 2", "changes its inputs"),
+    ("x.add_(1e-4)\n        return x * 2", "changes its inputs"),  # below a sample's tolerance: digested exactly
+    ("x[7, 3] = 0.0\n        return x * 2", "changes its inputs"),  # one position
+    ("x[:] = x.flip(0)\n        return x.sum()", "changes its inputs"),  # a permutation, sums unchanged
     ("self.calls += 1\n        import numpy\n        return x * 2 if self.calls == 1 else numpy.ones(3)",
      "raised on a second call"),
 ])

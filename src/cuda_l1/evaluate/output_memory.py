@@ -147,26 +147,27 @@ def _span(ref: LeafRef) -> tuple[str, int, int]:
     return "cpu", ref.address, ref.address + max(ref.extent_bytes(), 1)
 
 
-def physical(call: CallOutputs, shared: list[tuple[int, int, str, int]]) -> CallOutputs | None:
-    """The call with every CPU output that lies in a shared mapping (remote.shared_mappings: start, end,
+def physical(call: CallOutputs, files: list[tuple[int, int, str, int]]) -> CallOutputs | None:
+    """The call with every CPU output that lies in a mapping of a file (remote.file_mappings: start, end,
     file, offset) placed by that file and offset instead of its address, as a GPU output is placed by
-    its allocation: one memfd mapped at 96 addresses gave 96 outputs that seemed apart and were one.
-    None where an output reaches from a shared mapping into other memory (no allocator makes that)."""
-    if not shared:
+    its allocation: one memfd mapped at 96 addresses, shared or private and never written there, gave 96
+    outputs that seemed apart and were one. Its address stays (is it in the input buffer?). None where an
+    output reaches from such a mapping into other memory (no allocator makes that)."""
+    if not files:
         return call
-    starts, leaves = [m[0] for m in shared], []
+    starts, leaves = [m[0] for m in files], []
     for leaf in call.leaves:
         if leaf.kind != "tensor" or leaf.handle or not leaf.numel():
             leaves.append(leaf)
             continue
         lo, hi = leaf.address, leaf.address + max(leaf.extent_bytes(), 1)
         first = max(bisect.bisect_right(starts, lo) - 1, 0)
-        met = [m for m in shared[first:bisect.bisect_left(starts, hi)] if m[0] < hi and lo < m[1]]
+        met = [m for m in files[first:bisect.bisect_left(starts, hi)] if m[0] < hi and lo < m[1]]
         if not met:
             leaves.append(leaf)
         elif len(met) == 1 and met[0][0] <= lo and hi <= met[0][1]:
             start, _, file, offset = met[0]
-            leaves.append(dataclasses.replace(leaf, address=0, handle="shared:" + file, handle_offset=offset + lo - start))
+            leaves.append(dataclasses.replace(leaf, handle="file:" + file, handle_offset=offset + lo - start))
         else:
             return None
     return dataclasses.replace(call, leaves=leaves)
@@ -191,12 +192,13 @@ def shared_storage(calls: list[CallOutputs]) -> str | None:
 
 def read_limit(reference_spans) -> int:
     """The most bytes a candidate's call's outputs may span when read (on a CPU, their union, each
-    stretch read once; on a GPU, each output's own view): twice what all of the reference's outputs of
-    the call span together, plus 16 MiB. (One output's own span was once the bound: three column
+    stretch read once; on a GPU, each output's own view): four times what all of the reference's
+    outputs of the call span together, plus 16 MiB (two outputs, each a view of a buffer with three
+    times its rows' pitch, span three times their size together). (One output's own span was once the bound: three column
     blocks of a fused QKV projection's result, views with gaps each spanning about the whole buffer,
     were refused as unreadable; and with 1 MiB a one-column slice of a 256-column product, an 8 KiB
     output spanning 2 MiB, was rejected.)"""
-    return 2 * sum(reference_spans) + (16 << 20)
+    return 4 * sum(reference_spans) + (16 << 20)
 
 
 def span_bytes(leaf: LeafRef) -> int:
@@ -208,7 +210,7 @@ def aliases(leaf: LeafRef, input_handle: str, input_ranges: list[tuple[int, int]
     """An output in the side's input buffer (its handle, or inside the mapping the kernel lists)."""
     if leaf.kind != "tensor" or leaf.numel() == 0:
         return False
-    if leaf.handle:
+    if leaf.handle and not leaf.handle.startswith("file:"):  # a CPU output placed by its file keeps its address
         return leaf.handle == input_handle
     lo, hi = leaf.address, leaf.address + leaf.extent_bytes()
     return any(lo < b and a < hi for a, b in input_ranges)

@@ -189,18 +189,21 @@ class RemoteMemory:
         bytes read for all of them. On a CPU the union of their spans is read, each stretch once: the
         gappy views of one wider buffer (16 of 32 columns each) were each read in full, 16 times its
         size, and a per-output bound let that cost grow with the square of the outputs."""
-        if self.device.startswith("cuda") or any(r.handle or not r.address or not r.device.startswith("cpu")
-                                                 for r in refs if r.numel()):  # (each refused as tensor() says)
-            out = []
-            for ref in refs:
-                try:
-                    out.append(self.tensor(ref, limit))
-                except Unreadable as exc:
-                    out.append(exc)
+        # Read from the side's memory here: a CPU's outputs with an address (the rest, each refused or empty
+        # as tensor() says, never read: a CUDA output is a view of the side's memory, not a copy).
+        read_here = [not self.device.startswith("cuda") and r.numel() and not r.handle and r.address
+                     and r.device.startswith("cpu") and r.dtype in _DTYPES for r in refs]
+        out = []
+        for ref, here in zip(refs, read_here):
+            try:
+                out.append(None if here else self.tensor(ref, limit))
+            except Unreadable as exc:
+                out.append(exc)
+        if not any(read_here):
             return out
         firsts = [r.storage_offset * ITEMSIZE.get(r.dtype, 1) for r in refs]
         spans = sorted((r.address + first, r.address + first + (r.extent_bytes() - first))
-                       for r, first in zip(refs, firsts) if r.numel())
+                       for r, first, here in zip(refs, firsts, read_here) if here)
         stretches: list[list[int]] = []
         for lo, hi in spans:
             if stretches and lo <= stretches[-1][1]:
@@ -209,29 +212,24 @@ class RemoteMemory:
                 stretches.append([lo, hi])
         total = sum(hi - lo for lo, hi in stretches)
         if total > min(self.max_bytes, limit):
-            return [Unreadable(f"the call's outputs span {total / 2**20:.1f} MiB, more than they may")] * len(refs)
+            failed = Unreadable(f"the call's outputs span {total / 2**20:.1f} MiB, more than they may")
+            return [failed if here else got for got, here in zip(out, read_here)]
         pid = self.pid_of()
         try:
             if pid is None:
                 raise Unreadable("the output has no readable address")
             read = [(lo, torch.frombuffer(_vm_read(pid, lo, hi - lo), dtype=torch.uint8)) for lo, hi in stretches if hi > lo]
         except Unreadable as exc:
-            return [exc] * len(refs)
-        out = []
-        for ref, first in zip(refs, firsts):
-            dtype = _DTYPES.get(ref.dtype)
-            if dtype is None:
-                out.append(Unreadable(f"dtype {ref.dtype} cannot be read"))
+            return [exc if here else got for got, here in zip(out, read_here)]
+        for index, (ref, first, here) in enumerate(zip(refs, firsts, read_here)):
+            if not here:
                 continue
-            if not ref.numel():
-                out.append(torch.empty(ref.shape, dtype=dtype))
-                continue
-            lo = ref.address + first
+            dtype, lo = _DTYPES[ref.dtype], ref.address + first
             start, raw = next((s, r) for s, r in read if s <= lo < s + r.numel())
             part = raw[lo - start: lo - start + ref.extent_bytes() - first]
             part = part if (lo - start) % ITEMSIZE[ref.dtype] == 0 else part.clone()  # aligned for its dtype
             part = part.view(dtype)
-            out.append(part.as_strided(ref.shape, ref.stride, part.storage_offset()))
+            out[index] = part.as_strided(ref.shape, ref.stride, part.storage_offset())
         return out
 
     def close(self) -> None:
@@ -297,22 +295,25 @@ def input_mappings(pid: int, device_inode: tuple[int, int] | None = None) -> lis
                 if device_inode is not None and int(parts[4]) != device_inode[1]:
                     continue
                 lo, hi = parts[0].split("-")
-                ranges.append((int(lo, 16), int(hi, 16)))
+                # A shared mapping of it (one put where the harness's private one was) is no mapping of the
+                # harness's: listed twice, so that it is refused as such (its writes would reach the buffer).
+                ranges += [(int(lo, 16), int(hi, 16))] * (1 if parts[1][3:4] == "p" else 2)
     except (OSError, ValueError):
         pass
     return ranges
 
 
-def shared_mappings(pid: int) -> list[tuple[int, int, str, int]] | None:
-    """(start, end, file, offset in it) of every shared mapping of a CPU side, sorted, from the kernel's
-    view (/proc/PID/maps): memory that two addresses of the process can reach (one memfd mapped twice).
-    None where the map cannot be read."""
+def file_mappings(pid: int) -> list[tuple[int, int, str, int]] | None:
+    """(start, end, file, offset in it) of every mapping of a file by a CPU side (shared or private), sorted,
+    from the kernel's view (/proc/PID/maps): memory that two addresses of the process can reach (one memfd
+    mapped twice; privately mapped, its pages are the file's until written). None where the map cannot
+    be read. Anonymous private memory, where torch allocates, has no file (inode 0)."""
     found = []
     try:
         with open(f"/proc/{pid}/maps") as fh:
             for line in fh:
                 parts = line.split(maxsplit=5)
-                if len(parts) >= 5 and parts[1][3:4] == "s":
+                if len(parts) >= 5 and parts[4] != "0":
                     lo, hi = parts[0].split("-")
                     found.append((int(lo, 16), int(hi, 16), f"{parts[3]}:{parts[4]}", int(parts[2], 16)))
     except (OSError, ValueError):

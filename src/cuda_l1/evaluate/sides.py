@@ -16,7 +16,7 @@ from typing import Callable
 from cuda_l1.evaluate import output_memory, timing
 from cuda_l1.evaluate.channel import ChannelClosed, ChannelError, ChannelTimeout
 from cuda_l1.evaluate.protocol import BuildReply, BuildRequest, Confined, Loaded, Ran, Setup
-from cuda_l1.evaluate.remote import RemoteMemory, input_mappings, inputs_unchanged, shared_mappings
+from cuda_l1.evaluate.remote import RemoteMemory, file_mappings, input_mappings, inputs_unchanged
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import REJECTED, RUNTIME_ERROR, TIMEOUT
@@ -201,8 +201,8 @@ def mapped_inputs(side: Side) -> list[tuple[int, int]]:
 def placed_outputs(side: Side) -> tuple[list, tuple[str, str] | None]:
     """The calls of a side's last window, a CPU side's outputs placed where their memory is
     (output_memory.physical), and what is wrong with its memory (check, reason), if anything: its input
-    buffer mapped again or elsewhere (a second mapping gives outputs that are views of the inputs), or an
-    output reaching out of a shared mapping."""
+    buffer mapped again, elsewhere or shared (a second mapping gives outputs that are views of the
+    inputs), or an output reaching out of a mapping of a file."""
     calls = side.ran.calls
     if side.proc.device != "cpu" or not side.input_ranges:
         return calls, None
@@ -212,11 +212,11 @@ def placed_outputs(side: Side) -> tuple[list, tuple[str, str] | None]:
         now = None
     if now != side.input_ranges:
         return calls, ("no_input_aliasing", "the side mapped its input buffer again, or elsewhere")
-    shared = shared_mappings(side.proc.harness_pid())
-    placed = [output_memory.physical(call, shared) for call in calls] if shared is not None else [None]
+    files = file_mappings(side.proc.harness_pid())
+    placed = [output_memory.physical(call, files) for call in calls] if files is not None else [None]
     if None in placed:
-        return calls, ("output_ownership", "an output reaches from shared memory into other memory, or the side's "
-                       "memory map could not be read")
+        return calls, ("output_ownership", "an output reaches from a mapping of a file into other memory, or the "
+                       "side's memory map could not be read")
     return placed, None
 
 

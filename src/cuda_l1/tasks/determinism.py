@@ -73,3 +73,46 @@ def first_difference(first: list, second: list) -> str | None:
         elif not torch.equal(x, y):
             return f"output {index} differs at {int((x != y).sum())} of {x.numel()} sampled positions"
     return None
+
+
+_DIGEST_CHUNK = 1 << 24  # words a pass of input_digest holds in int64 at once (128 MiB)
+
+
+def input_digest(values: list) -> list:
+    """Per input: a tensor's dtype, shape and a digest of its bytes (on a CPU their CRC-32; on a device
+    two exact sums of them as 32-bit words, plain and weighted by position, so that a permutation
+    changes the second: word_sums); a scalar as it is. Two digests differ wherever the forward wrote
+    its inputs, however little (a sample within a tolerance missed an x.add_(1e-4), and every candidate
+    was then charged with the reference's fault). A tensor whose bytes cannot be viewed is sampled."""
+    import zlib
+
+    import torch
+
+    digest = []
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            digest.append(v)
+            continue
+        try:
+            flat = v.detach().contiguous().reshape(-1).view(torch.uint8)
+            bytes_digest = zlib.crc32(flat.numpy()) if flat.device.type == "cpu" else word_sums(flat)
+        except (RuntimeError, TypeError, ValueError):  # a layout or dtype with no bytes to view
+            bytes_digest = output_sample([v])
+        digest.append((str(v.dtype), tuple(v.shape), bytes_digest))
+    return digest
+
+
+def word_sums(flat) -> tuple[int, int]:
+    """Two exact sums of a byte tensor as 32-bit words (as bytes where its length is no multiple of 4),
+    plain and weighted by position, where it lies, _DIGEST_CHUNK words at a time (int64 wraps alike on
+    every device)."""
+    import torch
+
+    words = flat.view(torch.int32) if flat.numel() % 4 == 0 else flat
+    plain = weighted = 0
+    for start in range(0, words.numel(), _DIGEST_CHUNK):
+        chunk = words[start:start + _DIGEST_CHUNK].to(torch.int64)
+        place = torch.arange(start + 1, start + 1 + chunk.numel(), device=chunk.device, dtype=torch.int64)
+        plain += int(chunk.sum())
+        weighted += int((chunk * place).sum())
+    return plain, weighted

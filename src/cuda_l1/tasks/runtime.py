@@ -17,7 +17,7 @@ from typing import Any
 
 from cuda_l1.errors import TaskError
 from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, task_deadline
-from cuda_l1.tasks.determinism import first_difference, output_sample
+from cuda_l1.tasks.determinism import first_difference, input_digest, output_sample
 from cuda_l1.tasks.task import Task
 
 
@@ -215,7 +215,7 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
         raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
     args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
                                            device), origin)
-    inputs_sample = output_sample(list(args))  # to tell a forward changing its inputs from one drawing random numbers
+    inputs_digest = input_digest(list(args))  # to tell a forward changing its inputs from one drawing random numbers
     try:
         started = time.perf_counter()
         with torch.no_grad():
@@ -240,7 +240,7 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     output_bytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
     sample = output_sample(leaves)
     out = leaves = leaf = None  # no output of the first call held through the calls after it
-    if first_difference(inputs_sample, output_sample(list(args))):
+    if input_digest(list(args)) != inputs_digest:
         raise TaskError("Model.forward changes its inputs (they differ after its first call): each side's inputs are "
                         "checked to be as written after every window, so no candidate can be checked against it",
                         path=origin)
