@@ -1019,7 +1019,7 @@ def test_a_call_whose_outputs_share_past_the_cap_is_incorrect_unless_the_referen
 def test_outputs_of_one_buffer_share_memory_only_where_an_element_is_in_both(split, shared):
     """The outputs' memory is compared element by element, not by the bytes between each view's ends:
     the column blocks of a fused product's result interleave without sharing and are apart."""
-    from cuda_l1.evaluate import output_memory, verify
+    from cuda_l1.evaluate import output_memory
     from cuda_l1.evaluate.protocol import CallOutputs, LeafRef
 
     buf = torch.zeros(8, 8)

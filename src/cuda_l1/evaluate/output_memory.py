@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 
 from cuda_l1.evaluate.protocol import ITEMSIZE, CallOutputs, LeafRef
 
@@ -193,11 +192,10 @@ def shared_storage(calls: list[CallOutputs]) -> str | None:
 def read_limit(reference_spans) -> int:
     """The most bytes a candidate's call's outputs may span when read (on a CPU, their union, each
     stretch read once; on a GPU, each output's own view): four times what all of the reference's
-    outputs of the call span together, plus 16 MiB (two outputs, each a view of a buffer with three
-    times its rows' pitch, span three times their size together). (One output's own span was once the bound: three column
-    blocks of a fused QKV projection's result, views with gaps each spanning about the whole buffer,
-    were refused as unreadable; and with 1 MiB a one-column slice of a 256-column product, an 8 KiB
-    output spanning 2 MiB, was rejected.)"""
+    outputs of the call span together, plus 16 MiB. Refused before: two outputs, each a view of a
+    buffer with three times its rows' pitch (twice plus 16 MiB); the three column blocks of a fused
+    QKV projection's result (one output's own span); a one-column slice of a 256-column product, an
+    8 KiB output spanning 2 MiB (plus 1 MiB)."""
     return 4 * sum(reference_spans) + (16 << 20)
 
 

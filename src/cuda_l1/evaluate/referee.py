@@ -22,7 +22,8 @@ from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.protocol import Mapped
 from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
-from cuda_l1.evaluate.sides import ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, placed_outputs, side_estimate
+from cuda_l1.evaluate.sides import (ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, placed_outputs,
+                                   side_estimate)
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
@@ -181,7 +182,7 @@ class Referee:
 
     def _inputs_unchanged(self, slots: list[int], pristine: RoundInputs) -> bool:
         """After both windows and the outputs' verification (a side's buffer is written again only by its next
-        window): whether each side left its inputs as written. The reference changing them is the task's."""
+        window): whether each side left its inputs as written (the reference changing them fails the evaluation)."""
         with self.phase("input_checks"):
             for side in (self.env.ref, self.cand):
                 try:
@@ -197,7 +198,7 @@ class Referee:
 
     def verify_round(self, round_no: int) -> None:
         cand, ref = self.cand, self.env.ref
-        placed, problem = placed_outputs(cand)  # CPU: outputs in shared memory placed by it, not by address
+        placed, problem = placed_outputs(cand)  # CPU: outputs in a mapping of a file placed by it, not by address
         if problem:
             return self._fail(problem[0], REJECTED, problem[1])
         calls = cand.ran.calls
