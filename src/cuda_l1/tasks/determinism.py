@@ -94,10 +94,13 @@ def input_digest(values: list) -> list:
             digest.append(v)
             continue
         try:
-            flat = v.detach().contiguous().reshape(-1).view(torch.uint8)
+            flat = v.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
             bytes_digest = zlib.crc32(flat.numpy()) if flat.device.type == "cpu" else word_sums(flat)
-        except (RuntimeError, TypeError, ValueError):  # a layout or dtype with no bytes to view
-            bytes_digest = output_sample([v])
+        except Exception:  # noqa: BLE001 - a layout or dtype with no bytes to view: its sample's values
+            try:
+                bytes_digest = repr(output_sample([v])[0][2].tolist())
+            except Exception:  # noqa: BLE001 - nothing to digest: not checked here (the referee checks every round)
+                bytes_digest = None
         digest.append((str(v.dtype), tuple(v.shape), bytes_digest))
     return digest
 
