@@ -185,14 +185,15 @@ class Referee:
         window): whether each side left its inputs as written (the reference changing them fails the evaluation)."""
         with self.phase("input_checks"):
             for side in (self.env.ref, self.cand):
+                who = "the reference" if side is self.env.ref else "the candidate"
                 try:
-                    changed = [f"were modified (call {k + 1})" for k in changed_inputs(side, slots, pristine)]
+                    changed = [f"{who} modified its input tensors (call {k + 1})" for k in changed_inputs(side, slots, pristine)]
                 except Unreadable as exc:
-                    changed = [f"could not be read back ({exc})"]
+                    changed = [f"{who}'s inputs could not be read back ({exc})"]
                 if changed and side is self.env.ref:
-                    raise ReferenceFailure(f"the reference's inputs {changed[0]}; such a task cannot be judged")
+                    raise ReferenceFailure(f"{changed[0]}; such a task cannot be judged")
                 if changed:
-                    self._fail("inputs_unchanged", REJECTED, f"the candidate's input tensors {changed[0]}")
+                    self._fail("inputs_unchanged", REJECTED, changed[0])
                     return False
         return True
 
