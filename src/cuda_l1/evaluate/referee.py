@@ -15,22 +15,23 @@ import secrets
 import statistics
 import time
 
-from cuda_l1.evaluate import gating, output_checks, output_memory, process_counters, timing, verify, windows
+from cuda_l1.evaluate import gating, output_checks, process_counters, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
-from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.protocol import Mapped
-from cuda_l1.evaluate.remote import RemoteMemory, Unreadable
+from cuda_l1.evaluate.remote import RemoteMemory
+from cuda_l1.evaluate.round_checks import RoundChecks
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
-from cuda_l1.evaluate.sides import (ReferenceFailure, Side, changed_inputs, load_side, mapped_inputs, placed_outputs,
-                                   side_estimate)
+from cuda_l1.evaluate.sides import ReferenceFailure, Side, load_side, mapped_inputs, side_estimate
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
 from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
 _SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks fail at once
 
 
-class Referee:
+class Referee(RoundChecks):
+    """One evaluation's state and its phases: load, measure (the rounds; their checks in round_checks.py), finish."""
+
     def __init__(self, env, cand: SideProcess, source: str, config: EvalConfig, deadline: float,
                  thresholds: tuple[float, ...] = ()):
         self.env = env  # task_env.TaskEnv: the reference's side, inputs, probe
@@ -147,90 +148,6 @@ class Referee:
                 self._reference_window([], self.config.call_timeout_s, inputs=inputs, written=calls)
                 windows.append(self.env.ref.window)
             return timing.overhead(windows)
-
-    # -- verification ---------------------------------------------------------------------------------
-    def _compare(self, checked: list[tuple[int, str]], round_no: int) -> None:
-        """Read and compare the outputs of the checked calls (index, mode: 'spots', 'full' against the
-        reference's output, or 'oracle': in full against float64)."""
-        cand_calls, ref_calls = self.cand.ran.calls, self.env.ref.ran.calls
-        # One bound per output position, from that output's own full comparisons before this round: a
-        # small output does not inherit the tolerance of a large one.
-        bounds = [verify.spot_bound(self.comparisons[pos]) if self.comparisons.get(pos) else None
-                  for pos in range(len(ref_calls[0].leaves))]
-        if self.config.device.startswith("cuda"):
-            with self.phase("verify_on_reference"):  # part of "verification": one request per round
-                per_call = output_checks.on_reference(self.env, [(i, cand_calls[i], mode) for i, mode in checked],
-                                                      bounds, self.rng, self.config, self.remaining, self.verify_spent)
-        else:
-            per_call = (output_checks.here(self.env, self.cand, cand_calls[i], ref_calls[i], i, mode, bounds, self.rng,
-                                           self.config, self.remaining) for i, mode in checked)
-        for (index, _), results in zip(checked, per_call):
-            for pos, (res, ref_leaf) in enumerate(zip(results, ref_calls[index].leaves)):
-                if ref_leaf.kind != "tensor":
-                    continue
-                if res.unreadable:
-                    self._fail("outputs_readable", REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
-                    continue
-                if res.compared:
-                    self.comparisons.setdefault(pos, []).append(Comparison(res.ok, res.detail, res.candidate_error,
-                                                                           res.allowed_error, res.reference_error))
-                if not res.ok:
-                    where = f"call {index + 1} of round {round_no + 1}, output {pos} ({ref_leaf.dtype}{ref_leaf.shape})"
-                    self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
-            if self.status is not None:
-                return
-
-    def _inputs_unchanged(self, slots: list[int], pristine: RoundInputs) -> bool:
-        """After both windows and the outputs' verification (a side's buffer is written again only by its next
-        window): whether each side left its inputs as written (the reference changing them fails the evaluation)."""
-        with self.phase("input_checks"):
-            for side in (self.env.ref, self.cand):
-                who = "the reference" if side is self.env.ref else "the candidate"
-                try:
-                    changed = [f"{who} modified its input tensors (call {k + 1})" for k in changed_inputs(side, slots, pristine)]
-                except Unreadable as exc:
-                    changed = [f"{who}'s inputs could not be read back ({exc})"]
-                if changed and side is self.env.ref:
-                    raise ReferenceFailure(f"{changed[0]}; such a task cannot be judged")
-                if changed:
-                    self._fail("inputs_unchanged", REJECTED, changed[0])
-                    return False
-        return True
-
-    def verify_round(self, round_no: int) -> None:
-        cand, ref = self.cand, self.env.ref
-        placed, problem = placed_outputs(cand)  # CPU: outputs in a mapping of a file placed by it, not by address
-        if problem:
-            return self._fail(problem[0], REJECTED, problem[1])
-        calls = cand.ran.calls
-        expected = len(ref.ran.calls[0].leaves) if ref.ran.calls else 0
-        if any(len(call.leaves) != expected for call in calls):  # before anything costs per leaf
-            self._fail("output_structure", INCORRECT,
-                       f"a call returned a different number of outputs than the reference's {expected}")
-            return
-        # The harness keeps the previous window's outputs alive, so nothing of this window may share
-        # their memory either: a static buffer is seen even in windows of one call.
-        shared = output_memory.shared_storage(placed) or output_memory.shared_storage(self.previous_calls + placed)
-        self.previous_calls = list(placed)
-        if shared:
-            self._fail("output_ownership", REJECTED, shared if output_memory.shared_storage(placed) else
-                       "a call returned an output in the memory of an output of the previous window "
-                       "(outputs reuse a static buffer)")
-            return
-        # CPU: a call's outputs must be as they were when it rang (gating.py), and where it said.
-        if cand.rungs is not None and (moved := gating.unstable(cand.rungs, calls, cand.proc.harness_pid())):
-            return self._fail(moved[0], REJECTED, f"round {round_no + 1}: {moved[1]}")
-        if len(ref.ran.calls) != len(calls):
-            raise ReferenceFailure("the reference's side reported a different number of calls than it made")
-        # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
-        checked = output_checks.draw_checked(self.rng, len(calls), round_no, self.config, self._slow_oracle())
-        for i, _ in checked:  # what the descriptions show, before anything is read
-            for finding in verify.call_findings(placed[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):
-                self._fail(finding.check, finding.status, f"call {i + 1} of round {round_no + 1}: {finding.reason}")
-            if self.status is not None:
-                return
-        with self.phase("oracle_rounds") if any(m == "oracle" for _, m in checked) else contextlib.nullcontext():
-            self._compare(checked, round_no)
 
     # -- the rounds -----------------------------------------------------------------------------------
     @contextlib.contextmanager
