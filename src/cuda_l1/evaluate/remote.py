@@ -282,9 +282,11 @@ def inputs_unchanged(pid: int, ranges: list[tuple[int, int]], leaf_ranges: list,
     return True
 
 
-def input_mappings(pid: int, device_inode: tuple[int, int] | None = None) -> list[tuple[int, int]]:
-    """Address ranges where a CPU side mapped its input buffer, from the kernel's view (/proc/PID/maps),
-    matched by the buffer's own inode (a side could map a decoy under the same name)."""
+def input_mappings(pid: int, device_inode: tuple[int, int] | None = None) -> list[tuple[int, int, bool]]:
+    """Address ranges where a CPU side mapped its input buffer, each with whether the mapping is private,
+    from the kernel's view (/proc/PID/maps), matched by the buffer's own inode (a side could map a decoy
+    under the same name). The harness maps it once, privately: a shared mapping's writes would reach the
+    buffer itself."""
     ranges = []
     try:
         with open(f"/proc/{pid}/maps") as fh:
@@ -295,9 +297,7 @@ def input_mappings(pid: int, device_inode: tuple[int, int] | None = None) -> lis
                 if device_inode is not None and int(parts[4]) != device_inode[1]:
                     continue
                 lo, hi = parts[0].split("-")
-                # A shared mapping of it (one put where the harness's private one was) is no mapping of the
-                # harness's: listed twice, so that it is refused as such (its writes would reach the buffer).
-                ranges += [(int(lo, 16), int(hi, 16))] * (1 if parts[1][3:4] == "p" else 2)
+                ranges.append((int(lo, 16), int(hi, 16), parts[1][3:4] == "p"))
     except (OSError, ValueError):
         pass
     return ranges

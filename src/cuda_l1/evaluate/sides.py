@@ -193,9 +193,10 @@ def mapped_inputs(side: Side) -> list[tuple[int, int]]:
         return []
     st = os.fstat(side.proc.inputs_fd)
     ranges = input_mappings(pid, (st.st_dev, st.st_ino))
-    if len(ranges) != 1:  # the buffer is mapped once, whole; anything else is not the harness's doing
+    # The buffer is mapped once, whole and privately; anything else is not the harness's doing.
+    if len(ranges) != 1 or not ranges[0][2]:
         raise ChildFailure(REJECTED, "the side's input buffer is not mapped as the harness maps it")
-    return ranges
+    return [ranges[0][:2]]
 
 
 def placed_outputs(side: Side) -> tuple[list, tuple[str, str] | None]:
