@@ -114,14 +114,18 @@ class SideGroup:
         except OSError:
             return False
 
-    def freeze(self, timeout: float) -> bool:
-        """Stop every task of the group; True once the kernel reports all of them stopped."""
+    def freeze(self, timeout: float, spin_s: float = 0.0) -> bool:
+        """Stop every task of the group; True once the kernel reports all of them stopped. `spin_s`:
+        how long to poll without sleeping first (a sleep of 20 us lasts 60-80 us on a loaded host)."""
         self._write("cgroup.freeze", "1")
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline, spin_until = start + timeout, start + spin_s
         while not self.frozen():
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 return False
-            time.sleep(0.00002)
+            if now > spin_until:
+                time.sleep(0.00002)
         return True
 
     def thaw(self) -> None:

@@ -27,6 +27,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from cuda_l1.evaluate import sigstop
 from cuda_l1.evaluate.doorbell import (ASLEEP_OFFSET, F_GET_SEALS, F_SEAL_SHRINK, FUTEX_WAIT, FUTEX_WAKE, GO_OFFSET, NAP,
                                        PAGE_BYTES, RING_LEAVES, RING_WORDS, futex_call, leaf_span)
 from cuda_l1.evaluate.protocol import CallOutputs, Ran
@@ -109,6 +110,27 @@ def _libc():
 
 
 _LIBC = None
+
+
+STOP_WAIT_S = 1.0  # how long a side may take to stop at a ring (an honest one sleeps on its go: microseconds)
+STOP_SPIN_S = 200e-6  # of which polled without sleeping
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # ended (whatever it was doing is over), or its pid is another user's now
+
+
+def halt(group, tree: list[int], timeout_s: float) -> bool:
+    """Stop a side (through its cgroup's freezer, else by SIGSTOP to each process of `tree`) and return
+    once the kernel reports every task of it stopped: True, or False when that took over `timeout_s`."""
+    if group is not None:
+        return group.freeze(timeout_s, spin_s=STOP_SPIN_S)
+    _signal(tree, signal.SIGSTOP)
+    return sigstop.wait_stopped(tree, timeout_s)
 
 
 def spin_for(reference_window) -> float:
@@ -250,8 +272,11 @@ class Gate:
         """Call k rang: read its spots, write slot k+1's inputs, say go, then keep what was seen.
 
         Where slots are large (STOP_BYTES) the side is stopped for all of it and let go after the go:
-        through its cgroup's freezer where it has one (a write, not waited for: its one core is
-        stopped within microseconds), else by SIGSTOP to each of its processes. The side maps its
+        through its cgroup's freezer where it has one, else by SIGSTOP to each of its processes; either
+        way the parent waits until the kernel reports it stopped (halt). A task is stopped only on its
+        way back to user space, so a system call made right after the ring (a preadv of the input
+        buffer's file reaching into the next slot) would run on through the copy if not waited for: it
+        read the next call's inputs as they landed (an honest side sleeps on its go and stops at once). The side maps its
         inputs from the same pages the parent writes, so it can watch a copy land, and the null
         windows take the answer's time off both sides: running through it, a candidate summed each
         row of its next input as soon as the copy had passed it, and read 2.9-3.6x for kernels that
@@ -271,14 +296,16 @@ class Gate:
             self.futex(self.go_at, FUTEX_WAKE, 1, None, None, 0)
 
     def _stop(self, stop: bool) -> None:
-        if self.group is not None:
-            self.group.set_frozen(stop)
+        if not stop:
+            if self.group is not None:
+                self.group.set_frozen(False)
+            else:
+                _signal(self.tree, signal.SIGCONT)
             return
-        for pid in self.tree:
-            try:
-                os.kill(pid, signal.SIGSTOP if stop else signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass  # ended (whatever it was doing is over), or its pid is another user's now
+        if not halt(self.group, self.tree, STOP_WAIT_S):
+            self.proc.kill("could not be stopped at a ring")
+            raise RingFailure(REJECTED, f"the side was still running {STOP_WAIT_S:.0f} s after a ring, where it is "
+                              "stopped while its next inputs are written")
 
     def _answer_stopped(self) -> None:
         # One copy of what the record names (the side may write the page while it runs), as short as

@@ -105,6 +105,27 @@ def stop_tree(root: int, stopped: set[int], timeout: float) -> bool:
     return False  # still growing after 50 passes: not a tree that can be stopped
 
 
+def wait_stopped(pids: list[int], timeout: float) -> bool:
+    """Whether every thread of these processes is stopped (or gone) within `timeout`. A signal stops a
+    thread only on its way back to user space: one inside a long system call (a read of a large
+    file) runs on until it returns."""
+    start = time.monotonic()
+    deadline, spin_until = start + timeout, start + 200e-6  # polled without sleeping at first
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone
+        for task in tasks:
+            while _task_state(pid, task) not in "TtZX":
+                now = time.monotonic()
+                if now > deadline:
+                    return False
+                if now > spin_until:
+                    time.sleep(0.00002)
+    return True
+
+
 def resume(pids: set[int]) -> None:
     for pid in pids:
         try:
