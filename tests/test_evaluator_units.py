@@ -771,6 +771,18 @@ def test_a_slow_float64_oracle_is_asked_for_in_the_first_round_only():
                for r in range(checking.correctness_trials))
 
 
+def test_the_float64_oracle_may_take_half_the_windows_time_beyond_a_floor_and_never_past_the_cap():
+    from cuda_l1.evaluate.output_checks import ORACLE_FLOOR_S, ORACLE_SHARE, ORACLE_SLOW_S, oracle_spent
+
+    assert not oracle_spent(0.0, 0.0)
+    assert not oracle_spent(ORACLE_FLOOR_S * 0.99, 0.1)  # the floor, whatever the windows took
+    assert oracle_spent(ORACLE_FLOOR_S, 0.1)
+    # KernelBench's 6 GiB elementwise tasks on an H100: 2.5 s of windows, 0.15 s an oracle round.
+    windows_s = 2.5
+    assert not oracle_spent(ORACLE_FLOOR_S, windows_s) and oracle_spent(ORACLE_SHARE * windows_s, windows_s)
+    assert not oracle_spent(4.9, 20.0) and oracle_spent(ORACLE_SLOW_S, 1000.0)  # the cap, however long the windows
+
+
 def test_process_counters_read_what_the_kernel_counted():
     import mmap
     import os

@@ -59,6 +59,8 @@ class Referee(RoundChecks):
         self.estimate: timing.Estimate | None = None
         self.cand: Side | None = None
         self.previous_calls: list = []  # the candidate's previous window (its outputs are still alive)
+        self.oracle_rounds, self.oracle_limited = 0, False  # rounds with a float64 comparison; whether any was held back
+        self.rounds_verified = 0
 
     # -- bookkeeping ------------------------------------------------------------------------------------
     def _check(self, name: str, passed: bool | None, detail: str = "", blocking: bool = True) -> None:
@@ -77,7 +79,8 @@ class Referee(RoundChecks):
             self.status = status
 
     def _slow_oracle(self) -> bool:
-        return self.phases.get("oracle_rounds", 0.0) >= output_checks.ORACLE_SLOW_S
+        """Whether the float64 oracle has used up its share of the time (output_checks.oracle_spent)."""
+        return output_checks.oracle_spent(self.phases.get("oracle_rounds", 0.0), self.phases.get("windows", 0.0))
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -289,7 +292,8 @@ class Referee(RoundChecks):
         worst = max(compared, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
                     default=None)
         note = f" (no float64 oracle: {self.env.oracle_unavailable[:200]})" if self.env.oracle_unavailable else (
-            f" (float64 in round 1 only: it took {self.phases['oracle_rounds']:.0f} s)" if self._slow_oracle() else "")
+            f" (float64 in {self.oracle_rounds} of {self.rounds_verified} rounds, its {self.phases['oracle_rounds']:.1f} s "
+            "kept within half the windows' time)" if self.oracle_limited else "")
         self._check("correctness", True, f"{len(compared)} outputs in full against float64, the rest at "
                     f"{tc.spot_checks} positions each; worst: {worst.detail if worst else 'n/a'}{note}")
         self._check("frozen_between_windows", True, "every process of both sides was stopped outside its windows")
