@@ -48,10 +48,15 @@ def _one_read_s() -> float:
 
 def _start_reader(group: SideGroup | None) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", READER], stdout=subprocess.PIPE, text=True)
-    if group is not None:
-        with open(group.procs_file, "w") as fh:
-            fh.write(str(proc.pid))
-    assert proc.stdout.readline().strip() == "ready"
+    try:
+        if group is not None:
+            with open(group.procs_file, "w") as fh:
+                fh.write(str(proc.pid))
+        assert proc.stdout.readline().strip() == "ready"
+    except BaseException:  # never left reading in a loop behind the test
+        proc.kill()
+        proc.wait()
+        raise
     time.sleep(0.05)  # well into its loop of long reads
     return proc
 
