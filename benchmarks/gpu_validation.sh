@@ -33,6 +33,8 @@
 #   ring-cost   what a per-call doorbell would cost on the GPU (gpu_ring_cost.py, every mode: the child synchronising
 #               and ringing after each call, the parent copying the next slot and reading a few output
 #               positions from its own context), a launch-bound, a mid-size and a large tanh, and a matmul
+#   copy-jitter how much a 6 GiB copy and ReLU vary on the GPU alone, one process, host clock and events, with the
+#               source fixed, drawn again or allocated anew (gpu_copy_jitter.py; COPY_GIB, default 6)
 #   kb-tasks    `cuda-l1 bench` of a few KernelBench tasks (KB_TASKS, paths under KernelBench/, default
 #               level 1's Swish and Softplus, whose 6 GiB inputs crowd an 80 GiB GPU) with KB_TASK_STRATEGIES
 #               (default eager) into runs/kb-tasks, archived as OUT/kb-tasks-run.tgz (the verdicts' tracebacks)
@@ -177,6 +179,8 @@ for s in "${steps[@]}"; do
       step kb-tasks "${KB_TASKS_S:-200}" "$py" -m cuda_l1 bench "$kb_tasks" --out runs/kb-tasks --device cuda \
         --levels 1,2,3 --strategies "${KB_TASK_STRATEGIES:-eager}" --no-calibrate
       tar czf "$out/kb-tasks-run.tgz" runs/kb-tasks ;;
+    copy-jitter) step copy-jitter "${COPY_S:-200}" "$py" benchmarks/gpu_copy_jitter.py --gib "${COPY_GIB:-6}" \
+        --out "$out/copy-jitter.json" ;;
     ring-cost) step ring-cost "${RING_S:-240}" bash -c "$py benchmarks/gpu_ring_cost.py --op tanh \
         --numel 1024 262144 16777216 --out '$out/ring-cost-tanh.json' && $py benchmarks/gpu_ring_cost.py \
         --op matmul --numel 65536 1048576 --out '$out/ring-cost-matmul.json'" ;;
