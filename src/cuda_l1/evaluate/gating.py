@@ -124,13 +124,15 @@ def _signal(pids: list[int], sig: int) -> None:
             pass  # ended (whatever it was doing is over), or its pid is another user's now
 
 
-def halt(group, tree: list[int], timeout_s: float) -> bool:
+def halt(group, tree: list[int], timeout_s: float, spin_s: float = STOP_SPIN_S) -> bool:
     """Stop a side (through its cgroup's freezer, else by SIGSTOP to each process of `tree`) and return
-    once the kernel reports every task of it stopped: True, or False when that took over `timeout_s`."""
+    once the kernel reports every task of it (of `tree`'s processes, without a cgroup) stopped: True,
+    or False when that took over `timeout_s`. Polled without sleeping for `spin_s` first (0 where the
+    parent shares the side's core: its polling would hold up the very stop it waits for)."""
     if group is not None:
-        return group.freeze(timeout_s, spin_s=STOP_SPIN_S)
+        return group.freeze(timeout_s, spin_s=spin_s)
     _signal(tree, signal.SIGSTOP)
-    return sigstop.wait_stopped(tree, timeout_s)
+    return sigstop.wait_stopped(tree, timeout_s, spin_s)
 
 
 def spin_for(reference_window) -> float:
@@ -194,6 +196,7 @@ class Gate:
         self.go, self.go_at, self.asleep = side.ring.go, side.ring.go_at, side.ring.asleep
         self.pid = side.proc.harness_pid()
         self.spin_s = spin_s
+        self.polls = spin_s > 0  # the parent polls on a core of its own (gating.wait_cores); else it must sleep
         self.futex = futex_call()
         self.spot_reader = SpotReader(self.pid, max(SPOTS, RING_LEAVES), SPOT_BYTES)
         self.draw = _rng.getrandbits
@@ -302,7 +305,7 @@ class Gate:
             else:
                 _signal(self.tree, signal.SIGCONT)
             return
-        if not halt(self.group, self.tree, STOP_WAIT_S):
+        if not halt(self.group, self.tree, STOP_WAIT_S, STOP_SPIN_S if self.polls else 0.0):
             self.proc.kill("could not be stopped at a ring")
             raise RingFailure(REJECTED, f"the side was still running {STOP_WAIT_S:.0f} s after a ring, where it is "
                               "stopped while its next inputs are written")

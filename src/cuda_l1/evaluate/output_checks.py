@@ -21,33 +21,40 @@ from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, Side
 from cuda_l1.evaluate.verdict import RUNTIME_ERROR, TIMEOUT
 
-# After the first round the float64 oracle is drawn only while its rounds have cost less than a share
-# of what the windows took, and never past ORACLE_SLOW_S in all; a round without it compares in full
-# against the reference's own output instead. On KernelBench's 6 GiB elementwise tasks an oracle round
-# costs about 0.15 s against 23 ms for the round's two windows (H100): drawn at oracle_rate, the oracle
-# took about 5 s of an 11 s verdict, and left the timing fewer rounds within its time cap. Where the
-# windows take longer than the oracle (most tasks) nothing changes. (A 16 GiB KernelBench input in
-# float64 fell back to the CPU: 40 s a round, 157 s a verdict, before any cap.)
+# After the first round the float64 oracle is drawn at `oracle_rate` while its rounds have cost no more
+# than a share of what the recorded windows took (at least ORACLE_FLOOR_S, at most ORACLE_SLOW_S), and
+# less often beyond it, but never never: a round known to be exempt is a round to cheat in (a switch
+# to zero once let a candidate tell, from the gaps between its windows, which rounds no float64
+# comparison could look at). A round without it compares against the reference's own output. On
+# KernelBench's 6 GiB elementwise tasks an oracle round costs about 0.15 s against 23 ms for the round's
+# two windows (H100): drawn at its rate until 5 s, the oracle took about 5 s of an 11 s verdict and left
+# the timing fewer rounds within its cap. Where the windows take longer than the oracle (most tasks)
+# nothing changes. (A 16 GiB KernelBench input in float64 fell back to the CPU: 40 s a round.)
 ORACLE_SLOW_S = 5.0
-ORACLE_FLOOR_S = 1.0  # what the oracle's rounds may take whatever the windows took
-ORACLE_SHARE = 0.5  # of the windows' time, beyond the floor
+ORACLE_FLOOR_S = 0.5  # what the oracle's rounds may take at its full rate, whatever the windows took
+ORACLE_SHARE = 0.25  # of the recorded windows' time, beyond the floor
 
 
-def oracle_spent(oracle_s: float, windows_s: float) -> bool:
-    """Whether the oracle's rounds so far (`oracle_s`) used up their share of the windows' time (`windows_s`)."""
-    return oracle_s >= min(ORACLE_SLOW_S, max(ORACLE_FLOOR_S, ORACLE_SHARE * windows_s))
+def oracle_rate(rate: float, oracle_s: float, windows_s: float) -> float:
+    """The chance that a timed round after the first has a call compared against float64: `rate` while the
+    oracle's rounds so far (`oracle_s`) are within their budget (ORACLE_SHARE of the recorded windows'
+    `windows_s`, within [ORACLE_FLOOR_S, ORACLE_SLOW_S]); beyond it, `rate` times the square of budget
+    over spent. Never zero, and what the oracle costs in all then grows only as the cube root of the
+    rounds (each draw costs what the last ones did, at a chance falling as the square of their sum)."""
+    budget = min(ORACLE_SLOW_S, max(ORACLE_FLOOR_S, ORACLE_SHARE * windows_s))
+    return rate if oracle_s <= budget else rate * (budget / oracle_s) ** 2
 
 
-def draw_checked(rng, calls: int, round_no: int, config: EvalConfig, slow_oracle: bool) -> list[tuple[int, str]]:
+def draw_checked(rng, calls: int, round_no: int, config: EvalConfig, rate: float | None = None) -> list[tuple[int, str]]:
     """The calls of a round that are looked at, and how ('spots', 'full' against the reference's output,
     'oracle' in full against float64), drawn after the window, where no side can see it. The oracle:
-    every round of a correctness-only run; when timed, the first round and then rounds drawn at
-    `oracle_rate`. (Only the first rounds, as before, let a candidate that counts its requests be
-    exact there and 7% off in every later round.)"""
+    every round of a correctness-only run; when timed, the first round and then rounds drawn at `rate`
+    (oracle_rate's, by default TimingConfig.oracle_rate). (Only the first rounds, as before, let a
+    candidate that counts its requests be exact there and 7% off in every later round.)"""
     tc = config.timing
     sample = rng.sample(range(calls), min(calls, tc.checked_calls))
     oracle_round = (round_no < config.correctness_trials if not tc.enabled else round_no == 0
-                    or rng.random() < tc.oracle_rate and not slow_oracle)
+                    or rng.random() < (tc.oracle_rate if rate is None else rate))
     oracle_at = rng.choice(sample) if oracle_round else None
     full_at = rng.choice(sample) if oracle_at is None and rng.random() < tc.full_check_rate else None
     return [(i, "oracle" if i == oracle_at else "full" if i == full_at else "spots") for i in sorted(sample)]

@@ -78,9 +78,12 @@ class Referee(RoundChecks):
         if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
             self.status = status
 
-    def _slow_oracle(self) -> bool:
-        """Whether the float64 oracle has used up its share of the time (output_checks.oracle_spent)."""
-        return output_checks.oracle_spent(self.phases.get("oracle_rounds", 0.0), self.phases.get("windows", 0.0))
+    def _oracle_rate(self) -> float:
+        """The chance of a float64 comparison in the next round (output_checks.oracle_rate), against the
+        recorded windows only: the first window (a build served in it, a compiler's first run) and
+        the warm-up are not what the oracle's share is of."""
+        recorded_s = sum(ref.wall_s + cand.wall_s for ref, cand in self.windows)
+        return output_checks.oracle_rate(self.config.timing.oracle_rate, self.phases.get("oracle_rounds", 0.0), recorded_s)
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -292,8 +295,8 @@ class Referee(RoundChecks):
         worst = max(compared, key=lambda c: c.candidate_error / c.allowed_error if c.allowed_error else 0,
                     default=None)
         note = f" (no float64 oracle: {self.env.oracle_unavailable[:200]})" if self.env.oracle_unavailable else (
-            f" (float64 in {self.oracle_rounds} of {self.rounds_verified} rounds, its {self.phases['oracle_rounds']:.1f} s "
-            "kept within half the windows' time)" if self.oracle_limited else "")
+            f" (float64 in {self.oracle_rounds} of {self.rounds_verified} rounds: past its share of the windows' time, "
+            f"{self.phases['oracle_rounds']:.1f} s, drawn less often)" if self.oracle_limited else "")
         self._check("correctness", True, f"{len(compared)} outputs in full against float64, the rest at "
                     f"{tc.spot_checks} positions each; worst: {worst.detail if worst else 'n/a'}{note}")
         self._check("frozen_between_windows", True, "every process of both sides was stopped outside its windows")

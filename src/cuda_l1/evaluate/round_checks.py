@@ -94,9 +94,9 @@ class RoundChecks:
             raise ReferenceFailure("the reference's side reported a different number of calls than it made")
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
         self.rounds_verified = round_no + 1
-        slow = self._slow_oracle() and self.config.timing.enabled
-        self.oracle_limited |= slow and round_no > 0
-        checked = output_checks.draw_checked(self.rng, len(calls), round_no, self.config, slow)
+        rate = self._oracle_rate()
+        self.oracle_limited |= self.config.timing.enabled and round_no > 0 and rate < self.config.timing.oracle_rate
+        checked = output_checks.draw_checked(self.rng, len(calls), round_no, self.config, rate)
         self.oracle_rounds += any(mode == "oracle" for _, mode in checked)
         for i, _ in checked:  # what the descriptions show, before anything is read
             for finding in verify.call_findings(placed[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):

@@ -105,17 +105,20 @@ def stop_tree(root: int, stopped: set[int], timeout: float) -> bool:
     return False  # still growing after 50 passes: not a tree that can be stopped
 
 
-def wait_stopped(pids: list[int], timeout: float) -> bool:
-    """Whether every thread of these processes is stopped (or gone) within `timeout`. A signal stops a
-    thread only on its way back to user space: one inside a long system call (a read of a large
-    file) runs on until it returns."""
+def wait_stopped(pids: list[int], timeout: float, spin_s: float = 0.0) -> bool:
+    """Whether every thread of these processes is stopped (or gone) within `timeout`, polled without
+    sleeping for `spin_s` first. A signal stops a thread only on its way back to user space: one inside
+    a long system call (a read of a large file) runs on until it returns. A process whose threads
+    cannot be listed for another reason than its end is not known to be stopped: False."""
     start = time.monotonic()
-    deadline, spin_until = start + timeout, start + 200e-6  # polled without sleeping at first
+    deadline, spin_until = start + timeout, start + spin_s
     for pid in pids:
         try:
             tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # gone
+        except OSError:
+            return False
         for task in tasks:
             while _task_state(pid, task) not in "TtZX":
                 now = time.monotonic()
