@@ -22,15 +22,13 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cuda_l1.evaluate import protocol, side_memory, sigstop, validate
+from cuda_l1.evaluate import protocol, scratch_dirs, side_memory, sigstop, validate
 from cuda_l1.evaluate.cgroup import SideGroup
 from cuda_l1.evaluate.channel import PARENT_SEND_TIMEOUT_S, Channel, ChannelClosed, ChannelError, ChannelTimeout, new_key, unread_bytes
 from cuda_l1.evaluate.child_output import ChildOutput
@@ -87,8 +85,7 @@ class SideProcess:
         self = cls(config, device)
         self.started_at = time.monotonic()
         self.memory_limit = memory_limit or config.memory_bytes
-        self.scratch = tempfile.mkdtemp(prefix="cuda-l1-", dir=config.scratch_root)
-        os.chmod(self.scratch, 0o700)
+        self.scratch = scratch_dirs.make(config.scratch_root)
         uid = identity_uid(read_paths) if config.drop_identity else None
         if uid is not None:
             os.chown(self.scratch, uid, uid)
@@ -384,8 +381,7 @@ class SideProcess:
             self.group.remove()
             self.group = None
         log = self.output.close() if self.output is not None else ""
-        if not self.config.keep_scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+        scratch_dirs.remove(self.scratch, keep=self.config.keep_scratch)
         if hasattr(self.proc, "release"):  # forked by the fork server, which may now reap it
             self.proc.release()
         return log
