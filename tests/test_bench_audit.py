@@ -155,6 +155,8 @@ def test_a_broken_reference_found_by_a_worker_ends_the_run_and_keeps_what_was_ju
     with sqlite3.connect(out / "history.sqlite") as conn:
         judged = dict(conn.execute("SELECT t.name, v.status FROM verdicts v JOIN tasks t ON t.id = v.task_id"))
     assert judged == {"1_ReluAdd": "ok", "2_Softmax": "ok"}
+    # and kept as a file to carry, as an interrupted run's are (bench.keep_verdicts)
+    assert len(read_verdicts(out / "verdicts.jsonl")) == 2
 
 
 def test_a_reference_that_cannot_run_in_the_sandbox_fails_its_task_only(kb_dir, tmp_path):

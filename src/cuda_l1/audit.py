@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cuda_l1.bench import (MISSING_RULE, Candidate, RunContext, candidates_from_jsonl,
-                           evaluate_candidates, write_report)
+                           evaluate_candidates, keep_verdicts, write_report)
 from cuda_l1.devices import Device, as_device, device_key
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig
@@ -95,11 +95,16 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     ctx = RunContext(out_dir, "audit", {"source": path, "device": str(device)})
     ctx.imported = dict(imported or {})
     try:
-        evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers, progress=progress,
-                            on_result=keep, decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
-                            # a broken ref_code is bad input (exit 2), not a failing verdict of its kernel:
-                            # the worker that prepares its task finds it (evaluate_candidates)
-                            rejudge=rejudge, imported=imported)
+        try:
+            evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
+                                progress=progress, on_result=keep,
+                                decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
+                                # a broken ref_code is bad input (exit 2), not a failing verdict of its kernel:
+                                # the worker that prepares its task finds it (evaluate_candidates)
+                                rejudge=rejudge, imported=imported)
+        except BaseException:  # interrupted, or a broken task: what was judged outlives the run as a file too
+            keep_verdicts(ctx)
+            raise
         dkey, ckey = device_key(device), config.config_key()
         rows = []
         for cand in candidates:  # resumed candidates come back from the store

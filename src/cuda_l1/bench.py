@@ -223,6 +223,17 @@ def check_references(tasks: Iterable[Task], device: Device, mode: str = "train",
     return result
 
 
+def keep_verdicts(ctx: RunContext) -> None:
+    """verdicts.jsonl of a run that did not finish (Ctrl-C, a time limit's SIGINT, a broken task): the store
+    resumes it in place, the file on another machine (--verdicts-from). Never in the way of the error."""
+    from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
+
+    try:
+        write_verdicts(ctx.store, ctx.out_dir / VERDICTS_NAME, carried=ctx.imported)
+    except Exception:  # noqa: BLE001 - the run's own error is the one to report
+        pass
+
+
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
     """The run's report, and every verdict of its store as verdicts.jsonl (ids and numbers, no code)."""
     from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
@@ -305,8 +316,12 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     ctx = RunContext(out_dir, "bench", {"source": source, "strategies": strategies, "device": str(device)})
     ctx.imported = dict(imported or {})
     try:
-        counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
-                                     progress=progress, rejudge=rejudge, imported=imported)
+        try:
+            counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
+                                         progress=progress, rejudge=rejudge, imported=imported)
+        except BaseException:  # interrupted, or a broken task: what was judged outlives the run as a file too
+            keep_verdicts(ctx)
+            raise
         paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
     finally:
         ctx.close()
