@@ -181,6 +181,8 @@ def main() -> None:
                         help="diagnostic: the parent polls for a side's reply this long before sleeping on it")
     parser.add_argument("--settle-ms", type=float, default=None,
                         help="TimingConfig.settle_s, in ms (default: its default): the pause after each verification")
+    parser.add_argument("--oracle-rate", type=float, default=None,
+                        help="TimingConfig.oracle_rate (default: its default): 0 leaves the float64 oracle to round 1")
     args = parser.parse_args()
     _diagnostics(args)
     wanted = [t for t in args.tasks.split(",") if t and not t.endswith(".py")]
@@ -197,6 +199,8 @@ def main() -> None:
             config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, checked_calls=args.checked_calls))
         if args.settle_ms is not None:
             config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, settle_s=args.settle_ms / 1000))
+        if args.oracle_rate is not None:
+            config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, oracle_rate=args.oracle_rate))
         evaluator = Evaluator(task, config)
         # The reference's own class under the candidate's name; `Model` names it too (KernelBench's classes
         # call super(Model, self).__init__(), which found no Model once renamed)
