@@ -17,6 +17,8 @@ import os
 import secrets
 import time
 
+from cuda_l1.evaluate.sigstop import poll_until
+
 
 def _v2_mount() -> str | None:
     try:
@@ -116,17 +118,9 @@ class SideGroup:
 
     def freeze(self, timeout: float, spin_s: float = 0.0) -> bool:
         """Stop every task of the group; True once the kernel reports all of them stopped. `spin_s`:
-        how long to poll without sleeping first (a sleep of 20 us lasts 60-80 us on a loaded host)."""
+        how long to poll without sleeping first (sigstop.poll_until)."""
         self._write("cgroup.freeze", "1")
-        start = time.monotonic()
-        deadline, spin_until = start + timeout, start + spin_s
-        while not self.frozen():
-            now = time.monotonic()
-            if now > deadline:
-                return False
-            if now > spin_until:
-                time.sleep(0.00002)
-        return True
+        return poll_until(self.frozen, timeout, spin_s)
 
     def thaw(self) -> None:
         self._write("cgroup.freeze", "0")
