@@ -279,8 +279,8 @@ class Gate:
         way the parent waits until the kernel reports it stopped (halt). A task is stopped only on its
         way back to user space, so a system call made right after the ring (a preadv of the input
         buffer's file reaching into the next slot) would run on through the copy if not waited for: it
-        read the next call's inputs as they landed (an honest side sleeps on its go and stops at once). The side maps its
-        inputs from the same pages the parent writes, so it can watch a copy land, and the null
+        read the next call's inputs as they landed (an honest side sleeps on its go and stops at once).
+        The side maps its inputs from the same pages the parent writes, so it can watch a copy land, and the null
         windows take the answer's time off both sides: running through it, a candidate summed each
         row of its next input as soon as the copy had passed it, and read 2.9-3.6x for kernels that
         alone read 0.86-0.92 (corpus case stream_during_copy); one that polled for its go where the

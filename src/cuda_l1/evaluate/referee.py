@@ -15,7 +15,7 @@ import secrets
 import statistics
 import time
 
-from cuda_l1.evaluate import gating, output_checks, process_counters, timing, verify, windows
+from cuda_l1.evaluate import gating, process_counters, timing, verify, windows
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device import Telemetry
 from cuda_l1.evaluate.protocol import Mapped
@@ -77,13 +77,6 @@ class Referee(RoundChecks):
         self.reasons.append(reason)
         if self.status is None or _SEVERITY.get(status, -1) < _SEVERITY.get(self.status, -1):
             self.status = status
-
-    def _oracle_rate(self) -> float:
-        """The chance of a float64 comparison in the next round (output_checks.oracle_rate), against the
-        recorded windows only: the first window (a build served in it, a compiler's first run) and
-        the warm-up are not what the oracle's share is of."""
-        recorded_s = sum(ref.wall_s + cand.wall_s for ref, cand in self.windows)
-        return output_checks.oracle_rate(self.config.timing.oracle_rate, self.phases.get("oracle_rounds", 0.0), recorded_s)
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()

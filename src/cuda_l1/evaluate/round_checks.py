@@ -19,6 +19,13 @@ from cuda_l1.evaluate.verdict import INCORRECT, REJECTED
 class RoundChecks:
     """A round's checks, for referee.Referee (which holds the state they read and record)."""
 
+    def _oracle_rate(self) -> float:
+        """The chance of a float64 comparison in the next round (output_checks.oracle_rate), against the
+        recorded windows only: the first window (a build served in it, a compiler's first run) and
+        the warm-up are not what the oracle's share is of."""
+        recorded_s = sum(ref.wall_s + cand.wall_s for ref, cand in self.windows)
+        return output_checks.oracle_rate(self.config.timing.oracle_rate, self.phases.get("oracle_rounds", 0.0), recorded_s)
+
     def _compare(self, checked: list[tuple[int, str]], round_no: int) -> None:
         """Read and compare the outputs of the checked calls (index, mode: 'spots', 'full' against the
         reference's output, or 'oracle': in full against float64)."""
