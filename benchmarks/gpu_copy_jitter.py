@@ -81,8 +81,11 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("no CUDA device: this measures the GPU")
-    torch.cuda.set_device(torch.device(args.device))
-    modes = run(args.gib, args.repeats, args.device)
+    device = torch.device(args.device)
+    if device.index is None:  # "cuda": the current device (set_device wants an index)
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    modes = run(args.gib, args.repeats, str(device))
     result = {"environment": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
               "gib": args.gib, "repeats": args.repeats, "modes": modes}

@@ -279,6 +279,26 @@ def test_nothing_is_timed_while_a_second_stage_still_imports(tmp_path, monkeypat
         server.close()
 
 
+def test_a_gpu_hosts_pinned_timing_does_not_wait_for_the_second_stage(tmp_path, monkeypatch):
+    """With both sides pinned to one core of a host with idle cores to spare, the import runs elsewhere:
+    the first timing goes ahead. With few cores, or unpinned, it still waits."""
+    monkeypatch.setattr(fork_server, "_preload_refused", "")
+    (tmp_path / "slow_preload.py").write_text(SLOW_PRELOAD)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path)] + os.sys.path))
+    server = fork_server.ForkServer(preload=("slow_preload",))
+    monkeypatch.setattr(fork_server, "_SHARED", {True: server})
+    try:
+        assert server.usable() and not server.compilers.is_ready()
+        monkeypatch.setattr(fork_server.os, "sched_getaffinity", lambda pid: set(range(16)))
+        fork_server.wait_for_imports(pinned_core=3)
+        assert not server.compilers.is_ready()  # went ahead beside the import
+        monkeypatch.setattr(fork_server.os, "sched_getaffinity", lambda pid: {0, 1})
+        fork_server.wait_for_imports(pinned_core=1)
+        assert server.compilers.is_ready()
+    finally:
+        server.close()
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_forked_and_fresh_trials_agree_at_every_socket_level():
     """On CUDA a trial creates a device context and passes IPC memory both ways. Forked from the first

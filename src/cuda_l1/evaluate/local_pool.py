@@ -62,6 +62,7 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int,
     from cuda_l1.evaluate.device_room import room_for
     from cuda_l1.evaluate.jobs import KEEP_REFERENCES
     from cuda_l1.evaluate.lookahead import Lookahead, load_ahead, lookahead_of
+    from cuda_l1.evaluate.probe import PROBE_ENDED, PROBE_SECONDS
     from cuda_l1.evaluate.task_env import prime_supply
     from cuda_l1.evaluate.side_supply import SideSupply
 
@@ -105,19 +106,18 @@ def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int,
             evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
             if error is not None or evaluator is None:  # a reference failing beside other tasks: crowding.py
                 evaluator = crowding.prepare(evaluators, ahead, task, busy, failure=error)  # (again, alone)
+            ready_at = time.time()  # its reference started, its candidate loaded
             evaluator.config.best_known_speedup = best
             verdict = crowding.judge(evaluator, source, device=device, evaluators=evaluators, task=task,
                                      ahead=ahead, thresholds=thresholds, preloaded=preloaded)
             if start is not None:
-                from cuda_l1.evaluate.probe import PROBE_ENDED, PROBE_SECONDS
-
+                start["task_ready"], start["judged"] = ready_at, time.time()
                 start["probe_s"] = round(sum(PROBE_SECONDS.values()), 2)  # a duration, not a stamp
                 if device in PROBE_ENDED:
                     start["probed"] = PROBE_ENDED[device]
-                if server is not None and server.ready_at is not None:
-                    start["fork_server_ready"] = server.ready_at  # its first stage (fork_server.py)
-                if server is not None and server.compilers is not None and server.compilers.ready_at is not None:
-                    start["compilers_ready"] = server.compilers.ready_at
+                for name, stage in (("fork_server_ready", server), ("compilers_ready", server and server.compilers)):
+                    if stage is not None and stage.ready_at is not None:  # its first stage, its second (fork_server.py)
+                        start[name] = stage.ready_at
                 verdict.timing["worker_start"], start = start, None
             outbox.put((job_id, verdict.to_dict(), None))
         except BrokenTask as exc:  # the task's reference failed in this process: the caller's bad input

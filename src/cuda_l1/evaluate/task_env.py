@@ -196,8 +196,9 @@ class TaskEnv:
         times, with every warming spare and background side stopped: a task prepared ahead in a
         helper thread would calibrate it while another candidate's checks keep the device busy, and
         a probe calibrated on a busy device ends windows before the device is idle. Nothing is timed
-        while a fork server's second stage still imports (fork_server.wait_for_imports)."""
-        fork_server.wait_for_imports()
+        while a fork server's second stage still imports, unless the sides are pinned to a core of a
+        host with idle cores to spare (fork_server.wait_for_imports)."""
+        fork_server.wait_for_imports(pinned_core=self.timed_core)
         if self.quiet is None:
             with self.supply.stopped():
                 self.quiet = Quiet(self.device, flush=self.config.timing.flush_cache, core=self.core)
