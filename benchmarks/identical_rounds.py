@@ -218,6 +218,7 @@ def main() -> None:
                        "by_order": _ratio_by_order(samples), "calls_per_window": verdict.timing.get("calls_per_window"),
                        "overhead_ms": verdict.timing.get("window_overhead_ms"), "cpu_core": verdict.sandbox.get("cpu_core"),
                        "phases_s": verdict.timing.get("phases_s"), "reasons": verdict.reasons[:2],
+                       "sides": verdict.timing.get("sides"),  # each side's process counters (page faults)
                        "samples": samples,
                        # a round: [reference wall, start, reply, idle wait (ms), calls, then the candidate's]
                        "windows": [a + b for a, b in zip(recorded[-1][::2], recorded[-1][1::2])] if recorded else []}

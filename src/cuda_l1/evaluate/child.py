@@ -70,6 +70,8 @@ class Side:
         self.notes = notes
         self.inputs_fd = inputs_fd
         self.slots: list[list] = []
+        self.input_layout = None  # (the mapped input buffer, every slot's leaves), kept for _input_views
+        self.shift = 0  # bytes the current round's slots start into the buffer
         self.kept: list = []  # outputs of the last window
         self.kept_previous: list = []  # and of the one before, alive until the next window ends
         self.oracle_kept = None
@@ -165,21 +167,8 @@ class Side:
                 self.mapping = mmap.mmap(self.inputs_fd, max(msg.nbytes, 1), flags=mmap.MAP_PRIVATE,
                                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
                 buffer = torch.frombuffer(self.mapping, dtype=torch.uint8) if msg.nbytes else torch.empty(0, dtype=torch.uint8)
-            dtypes = {name: getattr(torch, name) for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
-            self.slots = []
-            for leaves in msg.slots:
-                args = []
-                for leaf in leaves:
-                    if leaf.kind == "value":
-                        args.append(leaf.value)
-                        continue
-                    dtype = dtypes[leaf.dtype]
-                    item = torch.empty((), dtype=dtype).element_size()
-                    span = (1 + sum((s - 1) * st for s, st in zip(leaf.shape, leaf.stride))) * item if all(leaf.shape) else 0
-                    raw = buffer[leaf.offset:leaf.offset + span]
-                    flat = raw.view(dtype) if span else torch.empty(0, dtype=dtype, device=buffer.device)
-                    args.append(flat.as_strided(leaf.shape, leaf.stride))
-                self.slots.append(args)
+            self.input_layout = (buffer, msg.slots)
+            self.slots, self.shift = self._input_views(0), 0
             if not self.device.startswith("cuda") and self.bell is None:
                 self.bell = SideBell()  # the per-call doorbell of a CPU side (doorbell.py)
         except Exception as exc:  # noqa: BLE001 - a harness failure: reported, the parent decides
@@ -187,11 +176,36 @@ class Side:
             return
         self.send(Mapped(True, ring_fd=self.bell.fd if self.bell is not None else -1))
 
+    def _input_views(self, shift: int) -> list[list]:
+        """Every slot's arguments: views of the input buffer `shift` bytes further in than the layout says
+        (the parent draws a shift each round: slots.SHIFT_SPAN), values as they are."""
+        import torch
+
+        buffer, layout = self.input_layout
+        dtypes = {name: getattr(torch, name) for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
+        slots = []
+        for leaves in layout:
+            args = []
+            for leaf in leaves:
+                if leaf.kind == "value":
+                    args.append(leaf.value)
+                    continue
+                dtype = dtypes[leaf.dtype]
+                item = torch.empty((), dtype=dtype).element_size()
+                span = (1 + sum((s - 1) * st for s, st in zip(leaf.shape, leaf.stride))) * item if all(leaf.shape) else 0
+                raw = buffer[shift + leaf.offset:shift + leaf.offset + span]
+                flat = raw.view(dtype) if span else torch.empty(0, dtype=dtype, device=buffer.device)
+                args.append(flat.as_strided(leaf.shape, leaf.stride))
+            slots.append(args)
+        return slots
+
     # -- calls ---------------------------------------------------------------------------------------
     def run(self, msg: Run) -> None:
         import torch
 
         try:
+            if msg.shift != self.shift and self.input_layout is not None:  # a new round's placement of the inputs
+                self.slots, self.shift = self._input_views(msg.shift), msg.shift
             # The last window's outputs stay alive through this one too, so memory reused from one call
             # to the next shows up as overlapping outputs even when a window holds a single call.
             self.kept_previous, self.kept = self.kept, []

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 
 MAX_LEAVES = 1024  # output or input leaves of one call
 MAX_CALLS = 4096  # calls of one window
+INPUT_SHIFT_SPAN = 4096  # bytes of a CPU input buffer past its slots, for the round's shift (slots.py)
+INPUT_SHIFT_STEP = 64  # a shift is a multiple of this: PyTorch's own CPU alignment
+MAX_INPUT_SHIFT = INPUT_SHIFT_SPAN - INPUT_SHIFT_STEP
 MAX_DIMS = 16
 MAX_TEXT = 16_000
 HANDLE_HEX = 128  # a CUDA IPC handle is 64 bytes
@@ -131,6 +134,7 @@ class Run:
     go: int = 0  # CPU: the window's first sequence number; call k rings go+k+1 and waits for go (doorbell.py)
     rings: int = 0  # a null window (no slots): ring this many times without calling the model
     poll: bool = True  # CPU: poll the go word briefly before sleeping on it (not where the parent shares the core)
+    shift: int = 0  # CPU: bytes this round's slots start into the input buffer (slots.SHIFT_SPAN)
     op: str = "run"
 
 

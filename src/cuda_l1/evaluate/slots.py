@@ -21,10 +21,17 @@ import torch
 
 from cuda_l1.errors import TaskError
 from cuda_l1.evaluate import inputs as inputs_mod
-from cuda_l1.evaluate.protocol import LeafSpec, MapInputs
+from cuda_l1.evaluate.protocol import INPUT_SHIFT_SPAN, INPUT_SHIFT_STEP, LeafSpec, MapInputs
 from cuda_l1.evaluate.remote import same_bytes
 
 _ALIGN = 256  # bytes: every leaf starts aligned for any dtype and vectorised loads
+# A CPU buffer's slots start SHIFT_STEP * k bytes (k < SHIFT_SPAN / SHIFT_STEP) into it, k drawn each
+# round, the same for both sides. Why: on a CPU a call's speed can hang on where its output lies against
+# its input modulo a page (ChannelSoftmax on the 2-core host: 12 ms when they agree modulo 4 KiB, 21 ms
+# otherwise), and where a process's allocator puts an output is a matter of its history. Fixed inputs
+# gave one side's process the fast placement and the other's not: identical code scored 1.32. A shift
+# drawn per round gives every placement of an output the same odds on both sides.
+SHIFT_SPAN, SHIFT_STEP = INPUT_SHIFT_SPAN, INPUT_SHIFT_STEP  # 4 KiB in steps of 64 bytes (protocol.py)
 
 
 def _aligned(n: int) -> int:
@@ -200,7 +207,10 @@ class SlotBuffer:
         self.source = source
         self.device = source.device
         self.n_slots = n_slots
-        self.nbytes = source.slot_bytes * n_slots
+        # CUDA buffers are not shifted: device memory showed no such effect, and 256-byte alignment stays.
+        self.span = 0 if self.device.startswith("cuda") else SHIFT_SPAN
+        self.nbytes = source.slot_bytes * n_slots + self.span
+        self.shift = 0  # bytes this round's slots start into the buffer (set_shift)
         self.handle = ""
         self._ptr = None
         self._map = None
@@ -222,9 +232,22 @@ class SlotBuffer:
             self.raw = torch.frombuffer(self._map, dtype=torch.uint8)
         self.views = [self._views(slot) for slot in range(n_slots)]
 
+    def set_shift(self, shift: int) -> None:
+        """Where this round's slots start (a multiple of SHIFT_STEP below the buffer's span; 0 on CUDA).
+        The side is told with its window's Run."""
+        if shift % SHIFT_STEP or not 0 <= shift <= max(self.span - SHIFT_STEP, 0):
+            raise ValueError(f"an input shift of {shift} bytes")
+        if shift != self.shift:
+            self.shift = shift
+            self.views = [self._views(slot) for slot in range(self.n_slots)]
+
+    def draw_shift(self, rng) -> int:
+        """A shift for the next round, from `rng` (random.Random); 0 where the buffer has no span."""
+        return rng.randrange(self.span // SHIFT_STEP) * SHIFT_STEP if self.span else 0
+
     def _views(self, slot: int) -> list:
         out = []
-        base = slot * self.source.slot_bytes
+        base = self.shift + slot * self.source.slot_bytes
         for spec, sample in zip(self.source.slot_specs, self.source.sample):
             if spec.kind != "tensor":
                 out.append(None)
@@ -250,32 +273,32 @@ class SlotBuffer:
         """The first `count` slots from InputSource.pack's bytes."""
         n = count * self.source.slot_bytes
         if n:
-            self.raw[:n].copy_(packed[:n])
+            self.raw[self.shift:self.shift + n].copy_(packed[:n])
 
     def slot_writer(self, inputs: RoundInputs):
         """A function that writes one slot's inputs (CPU: called between a window's calls, so a plain
         copy between memoryviews, without the per-copy overhead of a tensor operation)."""
-        n = self.source.slot_bytes
+        n, shift = self.source.slot_bytes, self.shift
         if inputs.packed is None or self._map is None:
             return lambda slot: self.write(slot, inputs[slot])
         src, dst = memoryview(inputs.packed.numpy()), memoryview(self._map)
 
         def write(slot: int) -> None:
-            dst[slot * n:(slot + 1) * n] = src[slot * n:(slot + 1) * n]
+            dst[shift + slot * n:shift + (slot + 1) * n] = src[slot * n:(slot + 1) * n]
         return write
 
     def holds_packed(self, packed: torch.Tensor, count: int) -> bool:
         """Whether the first `count` slots still hold exactly InputSource.pack's bytes (padding too)."""
         n = count * self.source.slot_bytes
-        return not n or same_bytes(self.raw[:n], packed[:n])
+        return not n or same_bytes(self.raw[self.shift:self.shift + n], packed[:n])
 
     def unchanged(self, slot: int, values: list) -> bool:
         return all(view is None or not view.numel() or same_bytes(view, v.reshape(-1).view(torch.uint8))
                    for view, v in zip(self.views[slot], values))
 
     def leaf_ranges(self, slot: int) -> list[tuple[int, int] | None]:
-        """(offset in the buffer, bytes) of every tensor leaf of a slot (None for values)."""
-        base = slot * self.source.slot_bytes
+        """(offset in the buffer, bytes) of every tensor leaf of a slot (None for values), this round."""
+        base = self.shift + slot * self.source.slot_bytes
         return [None if spec.kind != "tensor" else (base + spec.offset, sample.numel() * sample.element_size())
                 for spec, sample in zip(self.source.slot_specs, self.source.sample)]
 

@@ -61,7 +61,8 @@ def _timed(env, side: Side, slots: list[int], timeout: float, inputs: RoundInput
              else reply_limit.reply_bytes(len(slots), env.ref.leaves_per_call if env.ref else None))
     proc.thaw()
     t_sent = time.perf_counter()
-    proc.send(Run(slots, first, go=0 if gpu else gate.base, rings=0 if gpu or slots else count, poll=polls))
+    proc.send(Run(slots, first, go=0 if gpu else gate.base, rings=0 if gpu or slots else count, poll=polls,
+                  shift=side.buffer.shift if side.buffer is not None else 0))
     receive = proc.recv_frame if gpu else gate.reply
     reply, msg = receive(min(timeout, remaining()), limit), None
     # A load_inline in the first forward is served as in a load (only the first window: not recorded).
