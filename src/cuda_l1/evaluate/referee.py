@@ -177,7 +177,7 @@ class Referee(RoundChecks):
                 if pristine is None or len(pristine) != count:  # made ahead for another count: gone first
                     pristine = None
                     pristine = self.env.fresh_inputs(count)
-                shift = self.cand.buffer.draw_shift(self.rng)  # where both sides' slots start (slots.SHIFT_SPAN)
+                shift = self.cand.buffer.draw_shift()  # where both sides' slots start (slots.SHIFT_SPAN)
                 for side in (env.ref, self.cand):
                     side.buffer.set_shift(shift)
             pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own

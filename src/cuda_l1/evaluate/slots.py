@@ -241,9 +241,10 @@ class SlotBuffer:
             self.shift = shift
             self.views = [self._views(slot) for slot in range(self.n_slots)]
 
-    def draw_shift(self, rng) -> int:
-        """A shift for the next round, from `rng` (random.Random); 0 where the buffer has no span."""
-        return rng.randrange(self.span // SHIFT_STEP) * SHIFT_STEP if self.span else 0
+    def draw_shift(self) -> int:
+        """A shift for the next round; 0 where the buffer has no span. From the system's generator, not
+        the evaluation's own (random.Random, which draws its window orders): a side sees every shift."""
+        return secrets.randbelow(self.span // SHIFT_STEP) * SHIFT_STEP if self.span else 0
 
     def _views(self, slot: int) -> list:
         out = []
