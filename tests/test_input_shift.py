@@ -91,16 +91,71 @@ def test_the_parent_and_the_side_agree_on_a_rounds_shift(source):
         buffer.set_shift(0)  # the same bytes, read at another round's shift
         assert not buffer.unchanged(1, values[1])
     finally:
-        side.input_layout = side.slots = None
+        side.shifted, side.slots = {}, []
         if side.mapping is not None:
             side.mapping.close()
         buffer.close()
 
 
-def test_a_run_message_carries_its_shift_and_one_outside_the_span_is_refused():
+def test_a_run_message_carries_its_shift_and_one_off_the_steps_is_refused():
     from cuda_l1.evaluate.validate import decode
 
     header = protocol.encode(protocol.Run([0], shift=128))
     assert decode(header, from_side=False).shift == 128
-    with pytest.raises(protocol.ProtocolError):
-        decode({**header, "shift": SHIFT_SPAN}, from_side=False)
+    for bad in (SHIFT_SPAN, SHIFT_STEP // 2, -SHIFT_STEP):
+        with pytest.raises(protocol.ProtocolError):
+            decode({**header, "shift": bad}, from_side=False)
+
+
+class Scale(torch.nn.Module):
+    def forward(self, a, b, k):
+        return a * k
+
+
+def test_a_window_builds_no_views_the_side_built_every_shifts_views_when_it_mapped_its_inputs(source, monkeypatch):
+    """Built in the window, the views were harness work (about 10 us a tensor) that a candidate could
+    patch away while the reference's side paid for it: a window only picks the round's set."""
+    from cuda_l1.evaluate import input_views
+
+    memfd = os.memfd_create("shift-ahead", os.MFD_ALLOW_SEALING)
+    buffer = SlotBuffer(source, 3, memfd)
+    side = child.Side(chan=None, device="cpu", notes={}, inputs_fd=memfd)
+    sent = []
+    side.send = sent.append
+    try:
+        side.map_inputs(buffer.message())
+        assert sent.pop().ok and sorted(side.shifted) == list(range(0, SHIFT_SPAN, SHIFT_STEP))
+        monkeypatch.setattr(input_views, "slot_views", lambda *a: pytest.fail("views built in a window"))
+        side.model = Scale()
+        for shift in (640, 0, 4032):
+            side.run(protocol.Run([0, 1, 2], shift=shift))
+            assert sent.pop().ok and side.shift == shift
+        side.run(protocol.Run([0], shift=4032))
+        assert sent.pop().ok
+    finally:
+        side.shifted, side.slots = {}, []
+        if side.mapping is not None:
+            side.mapping.close()
+        buffer.close()
+
+
+def test_a_buffer_of_many_input_tensors_is_not_shifted(source):
+    """Many slots hold small inputs and many calls a window: 64 sets of views would cost the side more
+    than the shift is worth there (input_views.MAX_SHIFTED_TENSORS)."""
+    from cuda_l1.evaluate.input_views import MAX_SHIFTED_TENSORS
+
+    many = MAX_SHIFTED_TENSORS  # two tensors a slot: twice the cap
+    buffer = SlotBuffer(source, many, os.memfd_create("shift-many", os.MFD_ALLOW_SEALING))
+    side = child.Side(chan=None, device="cpu", notes={}, inputs_fd=-1)
+    try:
+        assert buffer.span == 0 and {buffer.draw_shift() for _ in range(50)} == {0}
+        assert buffer.nbytes == many * source.slot_bytes
+        side.send = lambda msg: None
+        side.inputs_fd = os.memfd_create("shift-many-side", os.MFD_ALLOW_SEALING)
+        os.ftruncate(side.inputs_fd, buffer.nbytes)
+        side.map_inputs(buffer.message())
+        assert list(side.shifted) == [0]
+    finally:
+        if side.mapping is not None:
+            side.mapping.close()
+        buffer.close()

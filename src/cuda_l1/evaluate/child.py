@@ -22,6 +22,7 @@ from cuda_l1.evaluate.channel import KEY_BYTES, Channel, ChannelClosed
 from cuda_l1.evaluate.confine import CONFINEMENT_FAILED, ConfinePlan, ConfinementError, confine_process
 from cuda_l1.evaluate.describe import Describer
 from cuda_l1.evaluate.doorbell import SideBell
+from cuda_l1.evaluate.input_views import views_by_shift
 from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, Loaded,
                                        MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup,
                                        Verify, encode)
@@ -70,8 +71,8 @@ class Side:
         self.notes = notes
         self.inputs_fd = inputs_fd
         self.slots: list[list] = []
-        self.input_layout = None  # (the mapped input buffer, every slot's leaves), kept for _input_views
-        self.shift = 0  # bytes the current round's slots start into the buffer
+        self.shifted: dict[int, list[list]] = {}  # every slot's arguments by shift (input_views.py)
+        self.shift = 0  # bytes the current round's slots start into the input buffer
         self.kept: list = []  # outputs of the last window
         self.kept_previous: list = []  # and of the one before, alive until the next window ends
         self.oracle_kept = None
@@ -167,8 +168,8 @@ class Side:
                 self.mapping = mmap.mmap(self.inputs_fd, max(msg.nbytes, 1), flags=mmap.MAP_PRIVATE,
                                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
                 buffer = torch.frombuffer(self.mapping, dtype=torch.uint8) if msg.nbytes else torch.empty(0, dtype=torch.uint8)
-            self.input_layout = (buffer, msg.slots)
-            self.slots, self.shift = self._input_views(0), 0
+            self.shifted = views_by_shift(buffer, msg.slots, self.device)
+            self.slots, self.shift = self.shifted[0], 0
             if not self.device.startswith("cuda") and self.bell is None:
                 self.bell = SideBell()  # the per-call doorbell of a CPU side (doorbell.py)
         except Exception as exc:  # noqa: BLE001 - a harness failure: reported, the parent decides
@@ -176,36 +177,13 @@ class Side:
             return
         self.send(Mapped(True, ring_fd=self.bell.fd if self.bell is not None else -1))
 
-    def _input_views(self, shift: int) -> list[list]:
-        """Every slot's arguments: views of the input buffer `shift` bytes further in than the layout says
-        (the parent draws a shift each round: slots.SHIFT_SPAN), values as they are."""
-        import torch
-
-        buffer, layout = self.input_layout
-        dtypes = {name: getattr(torch, name) for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
-        slots = []
-        for leaves in layout:
-            args = []
-            for leaf in leaves:
-                if leaf.kind == "value":
-                    args.append(leaf.value)
-                    continue
-                dtype = dtypes[leaf.dtype]
-                item = torch.empty((), dtype=dtype).element_size()
-                span = (1 + sum((s - 1) * st for s, st in zip(leaf.shape, leaf.stride))) * item if all(leaf.shape) else 0
-                raw = buffer[shift + leaf.offset:shift + leaf.offset + span]
-                flat = raw.view(dtype) if span else torch.empty(0, dtype=dtype, device=buffer.device)
-                args.append(flat.as_strided(leaf.shape, leaf.stride))
-            slots.append(args)
-        return slots
-
     # -- calls ---------------------------------------------------------------------------------------
     def run(self, msg: Run) -> None:
         import torch
 
         try:
-            if msg.shift != self.shift and self.input_layout is not None:  # a new round's placement of the inputs
-                self.slots, self.shift = self._input_views(msg.shift), msg.shift
+            if msg.shift != self.shift:  # the round's placement of the inputs, built ahead (input_views.py)
+                self.slots, self.shift = self.shifted[msg.shift], msg.shift
             # The last window's outputs stay alive through this one too, so memory reused from one call
             # to the next shows up as overlapping outputs even when a window holds a single call.
             self.kept_previous, self.kept = self.kept, []

@@ -21,6 +21,7 @@ import torch
 
 from cuda_l1.errors import TaskError
 from cuda_l1.evaluate import inputs as inputs_mod
+from cuda_l1.evaluate.input_views import shift_positions
 from cuda_l1.evaluate.protocol import INPUT_SHIFT_SPAN, INPUT_SHIFT_STEP, LeafSpec, MapInputs
 from cuda_l1.evaluate.remote import same_bytes
 
@@ -207,8 +208,11 @@ class SlotBuffer:
         self.source = source
         self.device = source.device
         self.n_slots = n_slots
-        # CUDA buffers are not shifted: device memory showed no such effect, and 256-byte alignment stays.
-        self.span = 0 if self.device.startswith("cuda") else SHIFT_SPAN
+        # CUDA buffers are not shifted (device memory showed no such effect, and 256-byte alignment
+        # stays), nor those of many input tensors in all (input_views.shift_positions).
+        tensors = sum(spec.kind == "tensor" for spec in source.slot_specs)
+        self.positions = shift_positions(n_slots, tensors, self.device)
+        self.span = SHIFT_SPAN if self.positions > 1 else 0
         self.nbytes = source.slot_bytes * n_slots + self.span
         self.shift = 0  # bytes this round's slots start into the buffer (set_shift)
         self.handle = ""
@@ -234,7 +238,7 @@ class SlotBuffer:
 
     def set_shift(self, shift: int) -> None:
         """Where this round's slots start (a multiple of SHIFT_STEP below the buffer's span; 0 on CUDA).
-        The side is told with its window's Run."""
+        The side built its views for every shift ahead (input_views.py); its Run names the round's."""
         if shift % SHIFT_STEP or not 0 <= shift <= max(self.span - SHIFT_STEP, 0):
             raise ValueError(f"an input shift of {shift} bytes")
         if shift != self.shift:
@@ -244,7 +248,7 @@ class SlotBuffer:
     def draw_shift(self) -> int:
         """A shift for the next round; 0 where the buffer has no span. From the system's generator, not
         the evaluation's own (random.Random, which draws its window orders): a side sees every shift."""
-        return secrets.randbelow(self.span // SHIFT_STEP) * SHIFT_STEP if self.span else 0
+        return secrets.randbelow(self.positions) * SHIFT_STEP
 
     def _views(self, slot: int) -> list:
         out = []

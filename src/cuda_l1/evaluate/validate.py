@@ -13,10 +13,11 @@ import re
 from dataclasses import fields
 
 from cuda_l1.evaluate import describe
-from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, MAX_CALLS, MAX_DIMS, MAX_INPUT_SHIFT, MAX_LEAVES, MAX_TEXT,
-                                       MODULE_MODES, BuildReply, BuildRequest, Bye, CallOutputs, CallToVerify,
-                                       Confined, LeafRef, LeafSpec, LeafVerdict, Loaded, MapInputs, Mapped, Oracle,
-                                       Oracled, ProtocolError, Ran, Release, Run, Setup, Verified, Verify)
+from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, INPUT_SHIFT_STEP, MAX_CALLS, MAX_DIMS, MAX_INPUT_SHIFT,
+                                       MAX_LEAVES, MAX_TEXT, MODULE_MODES, BuildReply, BuildRequest, Bye, CallOutputs,
+                                       CallToVerify, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded, MapInputs,
+                                       Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup, Verified,
+                                       Verify)
 from cuda_l1.text import encodable
 
 _HANDLE = re.compile(f"[0-9a-f]{{{HANDLE_HEX}}}")
@@ -265,7 +266,14 @@ def _check_run(h) -> Run:
     return Run([_int(s, "slot", 0, MAX_CALLS) for s in _list(h.get("slots"), "slots", MAX_CALLS)],
                _bool(h.get("signals", False), "signals"), _int(h.get("go", 0), "go"),
                _int(h.get("rings", 0), "rings", 0, MAX_CALLS), _bool(h.get("poll", True), "poll"),
-               _int(h.get("shift", 0), "shift", 0, MAX_INPUT_SHIFT))
+               _shift(h.get("shift", 0)))
+
+
+def _shift(v) -> int:
+    shift = _int(v, "shift", 0, MAX_INPUT_SHIFT)
+    if shift % INPUT_SHIFT_STEP:
+        raise ProtocolError(f"shift: expected a multiple of {INPUT_SHIFT_STEP}")
+    return shift
 
 
 def _check_oracle(h) -> Oracle:
