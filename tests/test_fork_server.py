@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -292,6 +293,7 @@ def test_a_gpu_hosts_pinned_timing_does_not_wait_for_the_second_stage(tmp_path, 
         monkeypatch.setattr(fork_server.os, "sched_getaffinity", lambda pid: set(range(16)))
         fork_server.wait_for_imports(pinned_core=3)
         assert not server.compilers.is_ready()  # went ahead beside the import
+        assert any(t.name == "cuda-l1-compilers-wait" for t in threading.enumerate())  # a hung one still ends
         monkeypatch.setattr(fork_server.os, "sched_getaffinity", lambda pid: {0, 1})
         fork_server.wait_for_imports(pinned_core=1)
         assert server.compilers.is_ready()

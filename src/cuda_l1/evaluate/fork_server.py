@@ -370,12 +370,18 @@ def wait_for_imports(timeout: float = READY_TIMEOUT_S, pinned_core: int | None =
     during it. Returns at once when none is (every evaluation of a process but its first few), and
     when the sides are pinned to `pinned_core` on a host of at least IMPORT_BESIDE_TIMING_CORES
     allowed cores (a GPU host: the import finds idle cores elsewhere, and waiting for it held each
-    worker's first verdict back by about 2.5 s on a 16-core H100 host)."""
-    if pinned_core is not None and len(os.sched_getaffinity(0)) >= IMPORT_BESIDE_TIMING_CORES:
-        return
+    worker's first verdict back by about 2.5 s on a 16-core H100 host); a thread then waits for it
+    instead, so a stage that never gets ready is still ended, and its preload refused, at `timeout`."""
+    beside = pinned_core is not None and len(os.sched_getaffinity(0)) >= IMPORT_BESIDE_TIMING_CORES
     for server in list(_SHARED.values()):
-        if server.compilers is not None and server.compilers.starting():
-            server.compilers.usable(timeout)
+        stage = server.compilers
+        if stage is None or not stage.starting():
+            continue
+        if not beside:
+            stage.usable(timeout)
+        elif not getattr(stage, "watched", False):  # still ended (and refused) if it never gets ready
+            stage.watched = True
+            threading.Thread(target=stage.usable, args=(timeout,), name="cuda-l1-compilers-wait", daemon=True).start()
 
 
 def start_ahead(sandbox, device: str) -> ForkServer | None:
