@@ -13,9 +13,9 @@ from __future__ import annotations
 from cuda_l1.evaluate.protocol import INPUT_SHIFT_SPAN, INPUT_SHIFT_STEP
 
 # Input tensors of all slots together up to which a CPU buffer is shifted: 64 shifts of that many views
-# cost the side about 20 ms and a few MB when it maps its inputs. Tasks with more slots hold small
-# inputs and many calls a window; their buffers stay at shift 0.
-MAX_SHIFTED_TENSORS = 32
+# cost the side about 0.1 s (2-core host) and some MB when it maps its inputs. Buffers of more hold
+# small inputs in many slots (at most 256), whose windows hold many calls; they stay at shift 0.
+MAX_SHIFTED_TENSORS = 256
 
 
 def shift_positions(n_slots: int, tensors_per_slot: int, device: str) -> int:
