@@ -177,7 +177,9 @@ class Referee(RoundChecks):
                 if pristine is None or len(pristine) != count:  # made ahead for another count: gone first
                     pristine = None
                     pristine = self.env.fresh_inputs(count)
-                shift = self.cand.buffer.draw_shift()  # where both sides' slots start (slots.SHIFT_SPAN)
+                # Where both sides' slots start (slots.SHIFT_SPAN), drawn for a pair of rounds: the second
+                # sees the first's pointers again, so a cache keyed by an input's address hits on new values.
+                shift = self.cand.buffer.draw_shift() if rounds % 2 == 0 else self.cand.buffer.shift
                 for side in (env.ref, self.cand):
                     side.buffer.set_shift(shift)
             pair = len(cand_ms) if warm else rounds  # recorded rounds start a pair of their own
