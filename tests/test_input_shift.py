@@ -1,4 +1,4 @@
-"""A CPU input buffer's slots start at a shift drawn each round, the same for both sides (slots.SHIFT_SPAN):
+"""A CPU input buffer's slots start at a shift drawn for each pair of rounds, the same for both sides (slots.SHIFT_SPAN):
 where an output lies against its input modulo a page changed one task's speed twofold, and a fixed
 placement gave one side's process the fast case. The parent's writes, checks and leaf ranges and the
 side's views must all agree on the round's shift."""

@@ -1,7 +1,7 @@
 """A side's views of its input slots, in the buffer the parent writes (slots.py), at every shift a round
 may start them at.
 
-On a CPU the parent starts each round's slots a drawn number of bytes into the buffer (slots.SHIFT_SPAN)
+On a CPU the parent starts each pair of rounds' slots a drawn number of bytes into the buffer (slots.SHIFT_SPAN)
 when a buffer has few input tensors in all. The side builds its views for every such shift once, when
 it maps the buffer, outside any window: a window only picks the round's set. Rebuilt in the window (about
 10 us a tensor) they were harness work that a candidate could patch away while the reference's side

@@ -26,12 +26,12 @@ from cuda_l1.evaluate.protocol import INPUT_SHIFT_SPAN, INPUT_SHIFT_STEP, LeafSp
 from cuda_l1.evaluate.remote import same_bytes
 
 _ALIGN = 256  # bytes: every leaf starts aligned for any dtype and vectorised loads
-# A CPU buffer's slots start SHIFT_STEP * k bytes (k < SHIFT_SPAN / SHIFT_STEP) into it, k drawn each
-# round, the same for both sides. Why: on a CPU a call's speed can hang on where its output lies against
+# A CPU buffer's slots start SHIFT_STEP * k bytes (k < SHIFT_SPAN / SHIFT_STEP) into it, k drawn for each
+# pair of rounds, the same for both sides. Why: on a CPU a call's speed can hang on where its output lies against
 # its input modulo a page (ChannelSoftmax on the 2-core host: 12 ms when they agree modulo 4 KiB, 21 ms
 # otherwise), and where a process's allocator puts an output is a matter of its history. Fixed inputs
 # gave one side's process the fast placement and the other's not: identical code scored 1.32. A shift
-# drawn per round gives every placement of an output the same odds on both sides.
+# drawn per pair of rounds gives every placement of an output the same odds on both sides.
 SHIFT_SPAN, SHIFT_STEP = INPUT_SHIFT_SPAN, INPUT_SHIFT_STEP  # 4 KiB in steps of 64 bytes (protocol.py)
 
 
@@ -246,7 +246,7 @@ class SlotBuffer:
             self.views = [self._views(slot) for slot in range(self.n_slots)]
 
     def draw_shift(self) -> int:
-        """A shift for the next round; 0 where the buffer has no span. From the system's generator, not
+        """A shift for the next pair of rounds; 0 where the buffer has no span. From the system's generator, not
         the evaluation's own (random.Random, which draws its window orders): a side sees every shift."""
         return secrets.randbelow(self.positions) * SHIFT_STEP
 
