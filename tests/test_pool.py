@@ -381,11 +381,31 @@ def get_inputs():
 """
 
 
-@pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)", "get_inputs"])
+# A worker dying in the middle of a message to its pool, made certain: the task's import finds the
+# worker's way back to the pool and leaves it as a kill mid-write would. When the workers shared one
+# queue, a worker that died holding its lock (its feeder thread between writing and releasing) held
+# up every later verdict: the pool hung (seen in CI as a 180 s timeout of the job after it).
+MID_MESSAGE_END = """import struct
+import sys
+frame = sys._getframe()
+while frame is not None and frame.f_code.co_name not in ("worker_main", "_worker_main"):
+    frame = frame.f_back
+if frame is not None:  # in the trusted worker (a sandboxed side has no way back to the pool)
+    channel = frame.f_locals.get("results") or frame.f_locals.get("outbox")
+    if hasattr(channel, "_wlock"):  # a queue shared by the workers: die holding its lock
+        channel._wlock.acquire()
+    else:  # a pipe of its own: die halfway through a message
+        os.write(channel.fileno(), struct.pack("!Q", 1 << 20) + b"half a message")
+os._exit(3)"""
+
+
+@pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)", "get_inputs",
+                                    MID_MESSAGE_END], ids=["exit", "segfault", "get_inputs", "mid_message"])
 def test_a_task_that_ends_its_worker_is_bad_input_not_the_candidates_failure(tasks, ending):
     """A task whose import (or second get_inputs call) ends the process killed its worker twice, and
     the candidate was stored as a runtime_error. The worker marks the task's code while it runs it; a
-    death then is the task's: BrokenTask, and the pool goes on with the other tasks."""
+    death then is the task's: BrokenTask, and the pool goes on with the other tasks, even when the
+    worker died in the middle of a message to the pool."""
     from cuda_l1.errors import BrokenTask
 
     if ending == "get_inputs":

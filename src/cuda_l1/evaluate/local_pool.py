@@ -4,11 +4,12 @@
         for result in pool.run(jobs):                         # as they complete
             store.record_verdict(...)                         # the caller is the one store owner
 
-A worker is a trusted process: it prepares references and judges candidates, each of which runs in
-its own sandboxed child. It keeps the references of the last two tasks it judged (`jobs.Evaluators`),
-so a long run's memory stays bounded. A worker that dies is replaced and its candidate retried once; a
-second death becomes a runtime_error verdict. A worker dies with the process that owns the pool, even
-one killed with SIGKILL (lifeline.py).
+A worker (local_worker.py) is a trusted process: it prepares references and judges candidates, each
+of which runs in its own sandboxed child, and answers on a channel no other worker writes
+(worker_results.py): one dying mid-message cannot hold up the others' verdicts. It keeps the
+references of the last two tasks it judged (`jobs.Evaluators`), so a long run's memory stays bounded.
+A worker that dies is replaced and its candidate retried once; a second death becomes a runtime_error
+verdict. A worker dies with the process that owns the pool, even one killed with SIGKILL (lifeline.py).
 
 The pool also compiles queued candidates' extensions ahead on the CPU cores (build/ahead.py) and
 dispatches only candidates whose builds are done, and it has a suspicious speedup (the re-measure
@@ -20,113 +21,22 @@ two (pool.py) stay apart: this one depends on the shared contract (jobs.py) only
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import faulthandler
 import multiprocessing as mp
 import os
-import queue
-import signal
 import sys
 import threading
 import time
 from concurrent.futures import Future
 
 from cuda_l1.errors import BrokenTask
-from cuda_l1.evaluate import task_marks
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, failed_verdict
+from cuda_l1.evaluate.local_worker import STARTED, worker_main
 from cuda_l1.evaluate.task_marks import PreparingMarks
 from cuda_l1.evaluate.verdict import Verdict
+from cuda_l1.evaluate.worker_results import WorkerResults, wait_any
 from cuda_l1.evaluate.worker_slots import exit_text, visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
-
-
-# -- the worker process ------------------------------------------------------------------------------
-def _worker_main(device: str, config: EvalConfig, inbox, outbox, owner_pid: int, marks) -> None:
-    """Runs in a spawned process: judge jobs one at a time, the last tasks' references kept, the
-    next `lookahead_of(config)` jobs loaded ahead meanwhile (lookahead.py)."""
-    from cuda_l1.evaluate import crowding, lifeline
-
-    # An interrupt (Ctrl-C reaches the whole process group) is the owner's to handle: it stops its
-    # workers. Here it would only print a traceback from the middle of a job.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    faulthandler.enable()  # a crash in native code leaves the Python stacks on stderr, not only an exit code
-    lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
-    # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
-    # what a caller waits for before the first verdict, apart from the verdict itself.
-    start: dict | None = {"process": time.time()}
-    from cuda_l1.evaluate.fork_server import start_ahead
-
-    server = start_ahead(config.sandbox, device)  # their imports overlap the worker's own, below
-    from cuda_l1.evaluate.evaluator import Evaluator, prewarm_of
-    from cuda_l1.evaluate.device_room import room_for
-    from cuda_l1.evaluate.jobs import KEEP_REFERENCES
-    from cuda_l1.evaluate.lookahead import Lookahead, load_ahead, lookahead_of
-    from cuda_l1.evaluate.probe import PROBE_ENDED, PROBE_SECONDS
-    from cuda_l1.evaluate.task_env import prime_supply
-    from cuda_l1.evaluate.side_supply import SideSupply
-
-    config = dataclasses.replace(config, device=device)
-    # One supply for all of the worker's tasks: the sides a new task needs (its reference's and its
-    # first candidate's) were started during the previous task's evaluations, and the first task's
-    # while the worker waited for it.
-    start["imported"] = time.time()
-    supply = SideSupply(prewarm_of(config), spares=config.spares)
-    prime_supply(supply, config)
-    start["spares_started"] = time.time()
-    depth = lookahead_of(config)
-    # One more prepared task than without lookahead: the next one, prepared while this one is judged.
-    task_marks.install(marks)  # a death while a task's own code runs here is the task's
-    evaluators = Evaluators(lambda task: Evaluator(task, config, supply=supply),
-                            keep=KEEP_REFERENCES + (1 if depth else 0), quiet_lock=supply.gate,
-                            room=room_for(config.device, config.task_timeout_s),
-                            wait_s=2 * config.task_timeout_s + config.load_timeout_s)
-    ahead = Lookahead(evaluators, depth)
-    queued: collections.deque = collections.deque()
-    while True:
-        try:  # wait only when there is nothing to do; take whatever else has arrived
-            item = inbox.get() if not queued else inbox.get_nowait()
-            while item is not None:
-                queued.append(item)
-                item = inbox.get_nowait()
-        except queue.Empty:
-            item = ...
-        if item is None:
-            ahead.close()
-            evaluators.close()
-            supply.close()
-            return
-        busy = {job[1].id for job in queued}
-        load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
-        job_id, task, source, best, thresholds = queued.popleft()
-        outbox.put((job_id, STARTED, None))  # a death from now on is this job's
-        if start is not None:
-            start.setdefault("first_job", time.time())
-        try:
-            evaluator, preloaded, error = ahead.take(job_id, timeout_s=config.timeout_s + 60)
-            if error is not None or evaluator is None:  # a reference failing beside other tasks: crowding.py
-                evaluator = crowding.prepare(evaluators, ahead, task, busy, failure=error)  # (again, alone)
-            ready_at = time.time()  # its reference started, its candidate loaded
-            evaluator.config.best_known_speedup = best
-            verdict = crowding.judge(evaluator, source, device=device, evaluators=evaluators, task=task,
-                                     ahead=ahead, thresholds=thresholds, preloaded=preloaded)
-            if start is not None:
-                start["task_ready"], start["judged"] = ready_at, time.time()
-                start["probe_s"] = round(sum(PROBE_SECONDS.values()), 2)  # a duration, not a stamp
-                if device in PROBE_ENDED:
-                    start["probed"] = PROBE_ENDED[device]
-                for name, stage in (("fork_server_ready", server), ("compilers_ready", server and server.compilers)):
-                    if stage is not None and stage.ready_at is not None:  # its first stage, its second (fork_server.py)
-                        start[name] = stage.ready_at
-                verdict.timing["worker_start"], start = start, None
-            outbox.put((job_id, verdict.to_dict(), None))
-        except BrokenTask as exc:  # the task's reference failed in this process: the caller's bad input
-            outbox.put((job_id, TASK_ERROR, str(exc)))
-        except Exception as exc:  # the evaluation failed: a runtime_error verdict, judged again later
-            outbox.put((job_id, None, f"{type(exc).__name__}: {exc}"))
-
-
-STARTED = "started"  # a worker's note that it began judging a job (not a verdict)
 
 
 class LocalPool(EvalPool):
@@ -155,7 +65,6 @@ class LocalPool(EvalPool):
         self.prebuilder = prebuilder
         self._builds: dict[int, list[Future]] = {}  # job id -> builds it waits for before dispatch
         self._ctx = mp.get_context("spawn")  # workers must not inherit a CUDA context
-        self._outbox = self._ctx.Queue()
         self._slots: list = []
         self._pending: list[int] = []  # job ids in submission order (retries go first)
         self._futures: dict[int, tuple[Future, EvalJob, int]] = {}
@@ -196,12 +105,13 @@ class LocalPool(EvalPool):
             # first, which often serves interrupts), so workers on different GPUs do not share one.
             cores = sorted(os.sched_getaffinity(0))
             config = dataclasses.replace(config, timed_core=cores[(index + 1) % len(cores)])
-        marks = PreparingMarks(self._ctx)
-        proc = self._ctx.Process(target=_worker_main,
-                                 args=(self.workers[index], config, inbox, self._outbox, os.getpid(), marks),
+        marks, results = PreparingMarks(self._ctx), WorkerResults(self._ctx)
+        proc = self._ctx.Process(target=worker_main,
+                                 args=(self.workers[index], config, inbox, results.writer, os.getpid(), marks),
                                  name=f"cuda-l1-worker-{index}", daemon=True)
         proc.start()
-        return proc, inbox, marks
+        results.started()
+        return proc, inbox, marks, results
 
     def submit(self, job: EvalJob) -> Future:
         future: Future = Future()
@@ -260,33 +170,32 @@ class LocalPool(EvalPool):
             self._started.set()
         while not self._stopped and self._start_error is None:
             self._assign()
-            try:
-                job_id, verdict_dict, error = self._outbox.get(timeout=0.2)
-            except queue.Empty:
-                job_id = None
-            if job_id is not None and verdict_dict == STARTED:
-                index = next((i for i, sent in self._inflight.items() if job_id in sent), None)
-                if index is not None:
-                    self._judging[index] = job_id
-                job_id = None
-            if job_id is not None:
-                index = next((i for i, sent in self._inflight.items() if job_id in sent), None)
-                if index is not None:
-                    self._inflight[index].remove(job_id)
-                    if self._judging[index] == job_id:
-                        self._judging[index] = None
-                if verdict_dict == TASK_ERROR and job_id not in self._first:
-                    with self._lock:
-                        future = self._futures.pop(job_id, (None,))[0]
-                    if future is not None:
-                        future.set_exception(BrokenTask(error or "the task's reference does not run"))
-                elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
-                    _, job, _ = self._futures[job_id]
-                    worker = self.workers[index] if index is not None else "?"
-                    verdict = (Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict)
-                               else failed_verdict(job, error or ""))
-                    self._settle(job_id, job, verdict, index, worker)
+            wait_any([results for *_, results in self._slots], timeout=0.2)
+            for index in range(len(self._slots)):
+                self._receive(index)
             self._replace_dead()
+
+    def _receive(self, index: int) -> None:
+        """Take in what worker `index` said: that it started a job, or a job's outcome."""
+        for job_id, verdict_dict, error in self._slots[index][3].receive():
+            if job_id not in self._inflight[index]:
+                continue  # (not possible: a worker answers only the jobs it was sent)
+            if verdict_dict == STARTED:
+                self._judging[index] = job_id
+                continue
+            self._inflight[index].remove(job_id)
+            if self._judging[index] == job_id:
+                self._judging[index] = None
+            if verdict_dict == TASK_ERROR and job_id not in self._first:
+                with self._lock:
+                    future = self._futures.pop(job_id, (None,))[0]
+                if future is not None:
+                    future.set_exception(BrokenTask(error or "the task's reference does not run"))
+            elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
+                _, job, _ = self._futures[job_id]
+                verdict = (Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict)
+                           else failed_verdict(job, error or ""))
+                self._settle(job_id, job, verdict, index, self.workers[index])
 
     def _settle(self, job_id: int, job: EvalJob, verdict: Verdict, index: int | None, worker: str) -> None:
         """Resolve the job, or first send a suspicious speedup to another worker to be re-measured."""
@@ -307,9 +216,11 @@ class LocalPool(EvalPool):
             self._resolve(job_id, verdict, worker)
 
     def _replace_dead(self) -> None:
-        for index, (proc, _, marks) in enumerate(self._slots):
+        for index, (proc, _, marks, results) in enumerate(self._slots):
             if proc.is_alive() or self._closing:
                 continue
+            self._receive(index)  # what it said before it died (its pipe keeps it)
+            results.close()
             sent, judging = self._inflight[index], self._judging[index]
             ended = exit_text(proc.exitcode)
             print(f"cuda-l1: evaluation worker {index} ({self.workers[index]}) {ended} while it held "
@@ -378,7 +289,7 @@ class LocalPool(EvalPool):
         self._closing = True
         if self.prebuilder is not None:
             self.prebuilder.close(cancel=self._aborting)
-        for proc, inbox, _ in self._slots:
+        for proc, inbox, *_ in self._slots:
             try:
                 inbox.put(None)
             except (OSError, ValueError):
@@ -392,6 +303,8 @@ class LocalPool(EvalPool):
         self._stopped = True  # only now: the workers' parent-death signal is tied to this thread
         if threading.current_thread() is not self._dispatcher:  # close() from a result callback
             self._dispatcher.join(timeout=5)
+        for *_, results in self._slots:
+            results.close()
         with self._lock:
             unanswered = list(self._futures.values())
             self._futures.clear()

@@ -4,7 +4,7 @@
         for result in pool.run(jobs):
             store.record_verdict(...)                             # the driver stays the one store owner
 
-Each actor is a trusted worker like `local_pool._worker_main`: it keeps the evaluators (prepared
+Each actor is a trusted worker like `local_worker.worker_main`: it keeps the evaluators (prepared
 references) of the last tasks it judged (`jobs.Evaluators`) and judges candidates, each in its own
 sandboxed child on the actor's node. Verdicts travel as plain dicts. An actor that dies (process
 killed, node lost) is replaced and its candidate retried once; a second death becomes a runtime_error
