@@ -390,13 +390,13 @@ import sys
 frame = sys._getframe()
 while frame is not None and frame.f_code.co_name not in ("worker_main", "_worker_main"):
     frame = frame.f_back
-if frame is not None:  # in the trusted worker (a sandboxed side has no way back to the pool)
+if frame is not None:  # in the trusted worker, which imports it first (a sandboxed side has no way back)
     channel = frame.f_locals.get("results") or frame.f_locals.get("outbox")
     if hasattr(channel, "_wlock"):  # a queue shared by the workers: die holding its lock
         channel._wlock.acquire()
     else:  # a pipe of its own: die halfway through a message
         os.write(channel.fileno(), struct.pack("!Q", 1 << 20) + b"half a message")
-os._exit(3)"""
+    os._exit(3)  # (only here: imported anywhere else, the task is fine, and the test fails)"""
 
 
 @pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)", "get_inputs",

@@ -9,6 +9,8 @@ import os
 import struct
 import time
 
+import pytest
+
 from cuda_l1.evaluate.worker_results import WorkerResults, send, wait_any
 
 BIG = 5 << 20  # bytes: far more than a pipe holds, so the writer blocks until the reader drains it
@@ -24,6 +26,16 @@ def _die_mid_message(writer) -> None:
     send(writer, ("whole", 1))
     os.write(writer.fileno(), struct.pack("!Q", 1 << 20) + b"the start of a message")
     os._exit(3)
+
+
+def _write_garbage(writer, kind: str) -> None:
+    send(writer, ("whole", 1))
+    if kind == "length":  # a length no message has
+        os.write(writer.fileno(), struct.pack("!Q", 1 << 62))
+    else:  # a whole frame that holds no pickle
+        os.write(writer.fileno(), struct.pack("!Q", 5) + b"bogus")
+    send(writer, ("after", 2))  # cannot be trusted to frame: never read
+    time.sleep(30)  # alive: the reader must not wait for the pipe to end
 
 
 def _collect(results: WorkerResults, proc, limit_s: float = 60.0) -> list:
@@ -61,3 +73,24 @@ def test_a_worker_dying_mid_message_ends_its_channel_without_stalling_the_reader
     assert results.receive() == []
     results.close()
     assert results.receive() == []
+
+
+@pytest.mark.parametrize("kind", ["length", "pickle"])
+def test_bytes_that_frame_no_message_mark_the_channel_corrupted(kind):
+    ctx = mp.get_context("spawn")
+    results = WorkerResults(ctx)
+    proc = ctx.Process(target=_write_garbage, args=(results.writer, kind))
+    proc.start()
+    results.started()
+    try:
+        messages, deadline = [], time.monotonic() + 30
+        while not results.corrupted and time.monotonic() < deadline:
+            wait_any([results], timeout=0.2)
+            messages += results.receive()
+        assert results.corrupted and results.ended and proc.is_alive()
+        assert messages == [("whole", 1)]
+        assert results.receive() == []
+    finally:
+        proc.kill()
+        proc.join()
+        results.close()

@@ -109,8 +109,10 @@ class LocalPool(EvalPool):
         proc = self._ctx.Process(target=worker_main,
                                  args=(self.workers[index], config, inbox, results.writer, os.getpid(), marks),
                                  name=f"cuda-l1-worker-{index}", daemon=True)
-        proc.start()
-        results.started()
+        try:
+            proc.start()
+        finally:
+            results.started()  # (its pipe goes with a start that failed)
         return proc, inbox, marks, results
 
     def submit(self, job: EvalJob) -> Future:
@@ -177,7 +179,17 @@ class LocalPool(EvalPool):
 
     def _receive(self, index: int) -> None:
         """Take in what worker `index` said: that it started a job, or a job's outcome."""
-        for job_id, verdict_dict, error in self._slots[index][3].receive():
+        proc, _, _, results = self._slots[index]
+        messages = results.receive()
+        if results.corrupted and proc.is_alive():  # its channel cannot be read on: replaced, as if dead
+            proc.kill()
+            proc.join(timeout=5)
+        for message in messages:
+            try:
+                job_id, verdict_dict, error = message
+                verdict = Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict) else None
+            except Exception:  # noqa: BLE001 - not a message the worker's code sends (only a task's could): skipped
+                continue
             if job_id not in self._inflight[index]:
                 continue  # (not possible: a worker answers only the jobs it was sent)
             if verdict_dict == STARTED:
@@ -190,11 +202,10 @@ class LocalPool(EvalPool):
                 with self._lock:
                     future = self._futures.pop(job_id, (None,))[0]
                 if future is not None:
-                    future.set_exception(BrokenTask(error or "the task's reference does not run"))
+                    future.set_exception(BrokenTask(str(error or "the task's reference does not run")))
             elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
                 _, job, _ = self._futures[job_id]
-                verdict = (Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict)
-                           else failed_verdict(job, error or ""))
+                verdict = verdict or failed_verdict(job, str(error or ""))
                 self._settle(job_id, job, verdict, index, self.workers[index])
 
     def _settle(self, job_id: int, job: EvalJob, verdict: Verdict, index: int | None, worker: str) -> None:
@@ -216,11 +227,15 @@ class LocalPool(EvalPool):
             self._resolve(job_id, verdict, worker)
 
     def _replace_dead(self) -> None:
-        for index, (proc, _, marks, results) in enumerate(self._slots):
+        for index, (proc, inbox, marks, results) in enumerate(self._slots):
             if proc.is_alive() or self._closing:
                 continue
             self._receive(index)  # what it said before it died (its pipe keeps it)
+            if self._closing:  # (a result's callback closed the pool)
+                return
             results.close()
+            inbox.cancel_join_thread()  # jobs it never read must not hold this process's exit
+            inbox.close()
             sent, judging = self._inflight[index], self._judging[index]
             ended = exit_text(proc.exitcode)
             print(f"cuda-l1: evaluation worker {index} ({self.workers[index]}) {ended} while it held "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import faulthandler
+import os
 import queue
 import signal
 import time
@@ -35,6 +36,9 @@ def worker_main(device: str, config: EvalConfig, inbox, results, owner_pid: int,
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()  # a crash in native code leaves the Python stacks on stderr, not only an exit code
     lifeline.hold(owner_pid)  # before anything slow: the owner may already be gone
+    # Spawning handed the channel over as an inheritable descriptor: a process the task's code starts
+    # with it would keep the pipe open after this worker's death.
+    os.set_inheritable(results.fileno(), False)
     # Wall-clock stamps of the worker's own start, given with its first verdict (timing.worker_start):
     # what a caller waits for before the first verdict, apart from the verdict itself.
     start: dict | None = {"process": time.time()}
@@ -107,6 +111,3 @@ def worker_main(device: str, config: EvalConfig, inbox, results, owner_pid: int,
             send(results, (job_id, TASK_ERROR, str(exc)))
         except Exception as exc:  # the evaluation failed: a runtime_error verdict, judged again later
             send(results, (job_id, None, f"{type(exc).__name__}: {exc}"))
-
-
-STARTED = "started"  # a worker's note that it began judging a job (not a verdict)

@@ -8,7 +8,9 @@ pipe, so a death costs only its own channel, which its replacement does not reus
 
 The parent reads without blocking: a message is a length and a pickle (the worker is trusted: it runs
 no candidate code), kept in a buffer until it is whole. A message cut short by the worker's death is
-dropped when the pipe ends; it can never stall the reader.
+dropped when the pipe ends; it can never stall the reader. Bytes that frame no message (only the
+task's own code, run in the worker, could write them) mark the channel corrupted, and the pool ends
+that worker as it would a dead one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import struct
 
 _HEADER = struct.Struct("!Q")  # the pickle's length
 _READ_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = 1 << 30  # a verdict takes a few MiB at most: a longer length is a corrupted stream
 
 
 class WorkerResults:
@@ -31,6 +34,7 @@ class WorkerResults:
         self._buffer = bytearray()
         self.ended = False  # the worker's end closed (it exited): no more messages
         self.cut_short = False  # it ended in the middle of a message (dropped)
+        self.corrupted = False  # bytes that are no message were written: nothing more is read
 
     def started(self) -> None:
         """The worker has its copy of the writer: drop ours, so its exit ends the pipe."""
@@ -50,12 +54,20 @@ class WorkerResults:
                 self.cut_short = bool(self._buffer)
             self._buffer += chunk
         messages = []
-        while len(self._buffer) >= _HEADER.size:
+        while len(self._buffer) >= _HEADER.size and not self.corrupted:
             (size,) = _HEADER.unpack_from(self._buffer)
-            if len(self._buffer) < _HEADER.size + size:
+            if size > MAX_MESSAGE_BYTES:
+                self.corrupted = True
+            elif len(self._buffer) >= _HEADER.size + size:
+                try:
+                    messages.append(pickle.loads(self._buffer[_HEADER.size:_HEADER.size + size]))
+                except Exception:  # noqa: BLE001 - whatever the bytes were, they are no message of ours
+                    self.corrupted = True
+                del self._buffer[:_HEADER.size + size]
+            else:
                 break
-            messages.append(pickle.loads(self._buffer[_HEADER.size:_HEADER.size + size]))
-            del self._buffer[:_HEADER.size + size]
+        if self.corrupted:  # (the pool ends the worker: nothing after such bytes can be trusted to frame)
+            self.ended = True
         if self.ended:
             self._buffer.clear()
         return messages
