@@ -6,7 +6,7 @@ round's per-call times and which side went first are written out with the verdic
     python benchmarks/identical_rounds.py --device cuda --tasks tests/corpus/refs/many_small_ops.py --checked-calls 1 --out r.json
 
 Ablations that each remove one difference between the sides: --fresh-reference (both processes
-equally new), --cpu-core (both on one core), --no-prewarm, --checked-calls 1 (on a GPU the reference's
+equally new; EvalConfig.fresh_reference does that by default on a CPU, and --kept-reference undoes it), --cpu-core (both on one core), --no-prewarm, --checked-calls 1 (on a GPU the reference's
 side compares the candidate's outputs between windows: this makes that work an eighth as large).
 Diagnostics that change the referee here only (never a policy): --release-each-round (the reference's
 side closes the candidate's IPC handles after every verification), --gap-ms N (a pause after every
@@ -165,7 +165,10 @@ def main() -> None:
     parser.add_argument("--no-prewarm", action="store_true", help="start each candidate process only when needed")
     parser.add_argument("--cpu-core", type=int, default=None, help="pin both sides to this core (on a GPU too)")
     parser.add_argument("--fresh-reference", action="store_true",
-                        help="a new reference side for every evaluation (both sides equally fresh)")
+                        help="a new evaluator, reference side included, for every evaluation (both sides equally fresh)")
+    parser.add_argument("--kept-reference", action="store_true",
+                        help="EvalConfig.fresh_reference=False: one reference side serves every repeat (a CPU's "
+                             "default before it was a fresh one each)")
     parser.add_argument("--checked-calls", type=int, default=None, help="calls compared after each window (default 8)")
     parser.add_argument("--release-each-round", action="store_true",
                         help="diagnostic: the reference's side closes the candidate's handles after every verification")
@@ -194,7 +197,7 @@ def main() -> None:
     for task in tasks:
         memory = int(args.input_memory_gib * (1 << 30)) if args.input_memory_gib else None
         config = EvalConfig(device=args.device, prewarm=False if args.no_prewarm else None, cpu_core=args.cpu_core,
-                            input_memory_bytes=memory)
+                            input_memory_bytes=memory, fresh_reference=False if args.kept_reference else None)
         if args.checked_calls:
             config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, checked_calls=args.checked_calls))
         if args.settle_ms is not None:

@@ -308,12 +308,13 @@ def reference_sides(worker: int) -> list[int]:
 
 
 def test_a_worker_keeps_at_most_two_prepared_references():
-    """A worker that judged tasks a, b, c holds two references, and prepares a again when it comes back."""
+    """A worker that judged tasks a, b, c holds two references, and prepares a again when it comes back.
+    (Each keeps its reference's side as on a GPU: on a CPU a new one serves each candidate by default.)"""
     tasks = {name: make_task(SMALL_TASK.format(k=k), name=name, level=1, origin=f"test:{name}")
              for k, name in enumerate("abc")}
     timing = TimingConfig.quick()
     timing.enabled = False
-    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2, prewarm=False)
+    config = EvalConfig(device="cpu", timing=timing, correctness_trials=2, prewarm=False, fresh_reference=False)
     held = []
     with LocalPool("cpu", config, workers=1) as pool:
         [worker] = pool.worker_pids()

@@ -135,7 +135,9 @@ def get_init_inputs():
 @pytest.mark.timeout(300)
 def test_two_tasks_share_warm_sides_and_judge_alike():
     supply = SideSupply(prewarm=True, spares=2)
-    config = EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2, prewarm=True)
+    # One reference side a task, as on a GPU (on a CPU a new one serves each candidate by default).
+    config = EvalConfig(device="cpu", timing=TimingConfig.quick(), correctness_trials=2, prewarm=True,
+                        fresh_reference=False)
     tasks = [Task(name=f"tanh_{i}", level=1, source=f"SCALE = {i + 1.0}\n" + REFERENCE) for i in range(2)]
     pids, verdicts = set(), []
     for task in tasks:

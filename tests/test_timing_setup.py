@@ -115,3 +115,28 @@ def _idle_ticks(cores: list[int]) -> list[int]:
             if name.startswith("cpu") and name[3:].isdigit():
                 ticks[int(name[3:])] = int(fields[3])
     return [ticks.get(core, 0) for core in cores]
+
+
+def test_on_a_cpu_each_candidate_meets_a_reference_side_as_new_as_its_own(task):
+    """On the 2-core host a reference side that had served earlier candidates read 5-10% faster than a
+    new candidate's side running identical code (ChannelSoftmax): on a CPU each evaluation starts a
+    reference side of its own; with fresh_reference=False (a GPU's default) one serves them all."""
+    for fresh, new_each_time in ((None, True), (False, False)):
+        evaluator = Evaluator(task, _config(fresh_reference=fresh))
+        served, settle = [], evaluator._settle_reference
+
+        def note_then_settle():
+            served.append(evaluator.env.ref.proc.harness_pid)
+            settle()
+
+        evaluator._settle_reference = note_then_settle
+        try:
+            verdicts = [evaluator.evaluate(CANDIDATE + f"\n# copy {i}\n") for i in range(3)]
+            left = evaluator.env.ref
+        finally:
+            evaluator.close()
+        assert all(v.status == OK for v in verdicts), [v.reasons for v in verdicts]
+        assert len(set(served)) == (3 if new_each_time else 1), served
+        assert (left is None) == new_each_time
+        # What starting it cost is reported with the verdicts after the first (whose is the task's setup).
+        assert [("start_reference" in v.timing["phases_s"]) for v in verdicts] == [False, new_each_time, new_each_time]
