@@ -126,7 +126,7 @@ def test_on_a_cpu_each_candidate_meets_a_reference_side_as_new_as_its_own(task):
         served, settle = [], evaluator._settle_reference
 
         def note_then_settle():
-            served.append(evaluator.env.ref.proc.harness_pid)
+            served.append(evaluator.env.ref.proc.harness_pid())
             settle()
 
         evaluator._settle_reference = note_then_settle
@@ -140,3 +140,5 @@ def test_on_a_cpu_each_candidate_meets_a_reference_side_as_new_as_its_own(task):
         assert (left is None) == new_each_time
         # What starting it cost is reported with the verdicts after the first (whose is the task's setup).
         assert [("start_reference" in v.timing["phases_s"]) for v in verdicts] == [False, new_each_time, new_each_time]
+        # read before the side ends (docs/timing.md: the reference's harness work per call)
+        assert all(v.timing["reference_harness_us"] is not None for v in verdicts), verdicts[-1].timing

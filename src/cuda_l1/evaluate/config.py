@@ -144,7 +144,7 @@ class EvalConfig:
                           "rejections takes one each, and a spare that is still starting waits")
     fresh_reference: bool | None = setting(None, "a new reference side for every candidate, as new as the "
                                            "candidate's own (None: on a CPU, where a reference side kept "
-                                           "across candidates read 5-10% faster than a new candidate's side "
+                                           "across candidates read 2.5-10% faster than a new candidate's side "
                                            "running identical code; kept on a GPU, where a start costs a "
                                            "CUDA context and no such gap was measured)")
     lookahead: int | None = setting(None, "candidates a worker loads ahead (side, import, model, builds) while it "

@@ -173,19 +173,26 @@ class Evaluator:
         verdict = Verdict(status=RUNTIME_ERROR, device=device_name(config.device), versions=versions(config.device),
                           task_id=self.task.id, task_name=self.task.key, candidate_id=code_id(source))
         findings = static_scan.scan(source)
-        reference_start_s = None
-        if env.ref is None:  # (the task's first, or a fresh one for each candidate: _settle_reference)
-            reference_start_s = time.perf_counter()
-            env.start_reference()
-            reference_start_s = time.perf_counter() - reference_start_s
-        side_started = time.perf_counter()
         if ahead is not None and ahead.proc is None:  # no side could be started for it
             failure = ahead.failure
             raise failure if isinstance(failure, (TaskError, UserError)) else RuntimeError(
                 f"no side could be started for the candidate: {failure}")
+        reference_start_s = None
+        if env.ref is None:  # (the task's first, or a fresh one for each candidate: _settle_reference)
+            reference_start_s = time.perf_counter()
+            try:
+                env.start_reference()
+            except BaseException:
+                if ahead is not None:  # its side, loaded and stopped, would wait for the worker's end
+                    ahead.discard()
+                raise
+            reference_start_s = time.perf_counter() - reference_start_s
+        side_started = time.perf_counter()
         cand = ahead.proc if ahead is not None else env.start_side()
         waited = dict(env.supply.waited)  # what this evaluation's windows wait for (below)
-        referee = Referee(env, cand, source, config, deadline=started + config.timeout_s, thresholds=thresholds)
+        # The reference's start is not the candidate's time.
+        deadline = started + config.timeout_s + (reference_start_s or 0.0)
+        referee = Referee(env, cand, source, config, deadline=deadline, thresholds=thresholds)
         referee.phases["start_side"] = (ahead.start_side_s if ahead is not None  # a spare's hand-over, or a start
                                         else time.perf_counter() - side_started)
         if reference_start_s is not None and self._setup_reported:  # (the first's: the task's setup phases)
@@ -205,7 +212,10 @@ class Evaluator:
         except ReferenceFailure as failure:
             referee._fail("reference_ran", failure.kind, f"{failure} (the candidate was running beside it)")
             referee.status = failure.kind
-            env.restart_reference()
+            if fresh_reference_of(config):  # the next candidate starts its own
+                env.close_reference(graceful=False)
+            else:
+                env.restart_reference()
         except (TaskError, UserError):
             raise
         except Exception as exc:  # noqa: BLE001 - the evaluator never ends an evaluation with a traceback
@@ -224,6 +234,9 @@ class Evaluator:
                         referee.cand.buffer.close()
                         if referee.cand.ring is not None:
                             referee.cand.ring.close()
+                # the reference's own harness work per call (timing.resolution_note's floor of a measured call),
+                # read before its side may end (_settle_reference)
+                harness = env.ref.harness_per_call if env.ref is not None else ()
                 with referee.phase("teardown.reference"):
                     self._settle_reference()
         checks = list(referee.checks.values())
@@ -262,8 +275,6 @@ class Evaluator:
             verdict.timing["process_spread"] = referee.spread
             share = env.launch_share  # what moved the spread on a GPU (launch_share.py)
             verdict.timing["launch_share"] = round(share, 3) if share is not None else None
-            harness = env.ref.harness_per_call if env.ref is not None else ()
-            # the reference's own harness work per call (timing.resolution_note's floor of a measured call)
             verdict.timing["reference_harness_us"] = round(timing.harness_call_s(harness) * 1e6, 2) if harness else None
         # Where the time went, for every verdict (a timed one's report holds the same, taken earlier).
         verdict.timing["phases_s"] = {k: round(v, 3) for k, v in referee.phases.items()}
@@ -279,14 +290,18 @@ class Evaluator:
     def _settle_reference(self) -> None:
         """The reference's side ends every evaluation stopped, holding nothing of the candidate (or is
         restarted if it is not healthy). With fresh_reference (a CPU's default) it ends instead: on the
-        2-core CPU host a side that had served earlier candidates read 5-10% faster than a new one
+        2-core CPU hosts a side that had served earlier candidates read 2.5-10% faster than a new one
         running identical code (the state of its process; where its memory lies is the likely part),
         so each candidate meets a reference side as new as its own."""
         ref = self.env.ref
         if ref is None:
             return
-        if ref.proc.exit_info().reason != "running" or fresh_reference_of(self.config):
+        if ref.proc.exit_info().reason != "running":
             self.env.close_reference()
+            return
+        if fresh_reference_of(self.config):
+            with self.supply.gate:  # (a helper thread loading the next candidate reads its memory under it)
+                self.env.close_reference(graceful=False)  # nothing of it is kept: no need to wait for its exit
             return
         try:
             if self.config.device.startswith("cuda"):  # close the candidate's handles it opened

@@ -220,9 +220,10 @@ class TaskEnv:
 
     def note_reference_memory(self) -> int:
         """Read what the reference's side holds now; returns the candidate limit it implies."""
-        if self.ref is not None:  # now, and the most its watchdog saw during the windows
-            held = self.ref.proc.memory_bytes()
-            self.reference_peak = max(self.reference_peak, held, self.ref.proc.peak_memory)
+        ref = self.ref  # (None once an evaluation on a CPU ended it: evaluator._settle_reference)
+        if ref is not None:  # now, and the most its watchdog saw during the windows
+            held = ref.proc.memory_bytes()
+            self.reference_peak = max(self.reference_peak, held, ref.proc.peak_memory)
         return side_memory.candidate_limit(self.config.sandbox, self.reference_peak)
 
     def candidate_setup(self, source: str) -> Setup:
@@ -331,10 +332,10 @@ class TaskEnv:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
 
-    def close_reference(self) -> None:
+    def close_reference(self, graceful: bool = True) -> None:
         if self.ref is not None:
             self.ref.memory.close()
-            self.ref.proc.close(graceful=True)
+            self.ref.proc.close(graceful=graceful)
             self.ref.buffer.close()
             if self.ref.ring is not None:
                 self.ref.ring.close()
