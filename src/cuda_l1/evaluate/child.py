@@ -28,7 +28,7 @@ from cuda_l1.evaluate.protocol import (BuildReply, BuildRequest, Confined, Loade
                                        Verify, encode)
 from cuda_l1.evaluate.rebinding import rebound, snapshot
 from cuda_l1.evaluate.validate import decode
-from cuda_l1.evaluate.warmup import in_own_arena, prewarm, probe_ipc, window_state
+from cuda_l1.evaluate.warmup import in_own_arena, prewarm, probe_ipc, reserve_heap, window_state
 
 
 def _traceback(exc: BaseException, filename: str) -> str:
@@ -146,6 +146,8 @@ class Side:
             self.model = harness_inputs.build_model(cls, init_inputs, setup.init_seed, self.device, setup.mode)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
+            elif setup.heap_reserve_bytes:  # after the weights: the reserve lies above them, where the calls allocate
+                reserve_heap(setup.heap_reserve_bytes)
         except BaseException as exc:  # noqa: BLE001
             self.send(Loaded(False, "runtime_error", f"{setup.class_name}(*get_init_inputs()) failed:\n"
                              + _traceback(exc, self.filename)))

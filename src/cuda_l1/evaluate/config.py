@@ -147,6 +147,10 @@ class EvalConfig:
                                            "across candidates read 2.5-10% faster than a new candidate's side "
                                            "running identical code; kept on a GPU, where a start costs a "
                                            "CUDA context and no such gap was measured)")
+    heap_reserve_bytes: int = setting(1 << 30, "CPU: at most this much host heap each side touches once before its "
+                                      "first window (20 of the task's output blocks, or 4 per input slot if "
+                                      "more; warmup.reserve_heap): without it the heap grew through the first "
+                                      "windows, page-faulting at rounds that differed between the sides; 0: none")
     lookahead: int | None = setting(None, "candidates a worker loads ahead (side, import, model, builds) while it "
                                     "times another, each stopped for every timed window (None: 2 on a GPU, 0 on "
                                     "a CPU, where a loading side would take the timed core's only neighbour)")
@@ -192,6 +196,7 @@ def check_settings(config: EvalConfig) -> None:
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (1 <= config.spares <= 16, "spares must be between 1 and 16"),
         (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),
+        (0 <= config.heap_reserve_bytes <= 1 << 40, "heap_reserve_bytes must be between 0 and 1 TiB"),
         (min(config.timeout_s, config.load_timeout_s, config.task_timeout_s, config.first_call_timeout_s,
              config.call_timeout_s) > 0,
          "every timeout must be positive"),

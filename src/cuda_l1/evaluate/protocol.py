@@ -111,6 +111,7 @@ class Setup:
     init_seed: int
     threads: int
     mode: str = "train"  # "train": the model as constructed; "eval": model.eval() right after it
+    heap_reserve_bytes: int = 0  # CPU: main heap touched once after the model is built (warmup.reserve_heap)
     op: str = "setup"
 
 

@@ -104,6 +104,15 @@ def _slot_budget(config: EvalConfig, input_bytes: int, output_bytes: int) -> int
     return max(1, min(MAX_SLOTS, budget // max(3 * input_bytes + 4 * output_bytes, 1)))
 
 
+def _heap_reserve(config: EvalConfig, output_bytes: int, n_slots: int) -> int:
+    """CPU: the host heap each side touches before its first window (warmup.reserve_heap). glibc's heap
+    grew by 17 output blocks before it settled with one call a window, by twice the live outputs with
+    more (the outputs of two windows stay alive: _slot_budget)."""
+    if config.device != "cpu":
+        return 0
+    return min(config.heap_reserve_bytes, max(20 * output_bytes, 4 * n_slots * output_bytes))
+
+
 def _device_trouble(exc: BaseException) -> bool:
     """An error of the device rather than of the task's code: out of its memory, or a CUDA error."""
     text = str(exc)
@@ -177,6 +186,7 @@ class TaskEnv:
             if broken:  # raised here, outside the handler: no traceback keeps the failed run's tensors
                 raise BrokenTask(broken)
             self.n_slots = _slot_budget(config, self.source.input_bytes(), first.output_bytes)
+            self.heap_reserve_bytes = _heap_reserve(config, first.output_bytes, self.n_slots)  # both sides alike
             # how far identical code strays between processes on this task (timing.process_spread)
             self.launch_share = first.launch_share
             self.max_output_bytes = (torch.cuda.get_device_properties(torch.device(self.device)).total_memory
@@ -229,7 +239,7 @@ class TaskEnv:
     def candidate_setup(self, source: str) -> Setup:
         """How a candidate's side loads `source`: the reference's init arguments, seed and module mode."""
         return Setup("candidate", source, self.task.source, "ModelNew", self.init_seed, self.threads,
-                     self.config.module_mode)
+                     self.config.module_mode, self.heap_reserve_bytes)
 
     def start_reference(self) -> None:
         """The reference's side, loaded (in a helper thread too: it works in the background, stopped for
@@ -260,7 +270,7 @@ class TaskEnv:
         buffer = None
         try:
             setup = Setup("reference", self.task.source, self.task.source, "Model", self.init_seed, self.threads,
-                          self.config.module_mode)
+                          self.config.module_mode, self.heap_reserve_bytes)
             loaded, _ = load_side(proc, setup, self.config.load_timeout_s, self.build, gate=gate)
             if not loaded.ok:
                 raise TaskError("the reference does not load in the sandbox:\n" + loaded.message[-3000:], path=origin)

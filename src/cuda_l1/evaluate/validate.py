@@ -246,7 +246,8 @@ def _check_setup(h) -> Setup:
     _fields(Setup, h)
     return Setup(_str(h.get("role"), "role", 20), _str(h.get("source"), "source", 1 << 24),
                  _str(h.get("reference_source"), "reference_source", 1 << 24), _str(h.get("class_name"), "class_name", 100), _int(h.get("init_seed"), "init_seed"),
-                 _int(h.get("threads"), "threads", 1, 4096), _mode(h.get("mode", "train")))
+                 _int(h.get("threads"), "threads", 1, 4096), _mode(h.get("mode", "train")),
+                 _int(h.get("heap_reserve_bytes", 0), "heap_reserve_bytes", 0, 1 << 40))
 
 
 def _mode(value) -> str:
