@@ -118,6 +118,7 @@ attempt("write_scratch", lambda: open(os.path.join(plan.scratch, "f"), "w").writ
 attempt("shm_hog", lambda: open("/dev/shm/hog", "wb").write(b"\0" * (plan.shm_bytes + (1 << 20))))
 attempt("oom_lower", lambda: open("/proc/self/oom_score_adj", "w").write("0"))
 out["oom_score_adj"] = open("/proc/self/oom_score_adj").read().strip()
+out["cgroups_seen"] = os.listdir("/sys/fs/cgroup") if os.path.isdir("/sys/fs/cgroup") else []
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 out["subprocess"] = subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout.strip()
 print(json.dumps(out))
@@ -155,6 +156,8 @@ def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_es
     if not notes.get("namespaces", "").startswith("not") and "mounts" in notes:
         assert "/dev/shm private" in notes["mounts"]
         assert out["shm_hog"] != "allowed"  # the private /dev/shm is full before it holds more than its size
+        if os.path.isdir("/sys/fs/cgroup"):  # no other side's group state: when it is frozen, its CPU time
+            assert "/sys/fs/cgroup hidden" in notes["mounts"] and out["cgroups_seen"] == [], out
 
 
 _SOCKETS = r'''

@@ -50,7 +50,7 @@ _PR_SET_SECUREBITS = 28
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_SYS_RESOURCE = 24
 _SECUREBITS_LOCKED = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # noroot, no_setuid_fixup, keep_caps, ambient: locked
-_MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 2, 4, 8
+_MS_REC, _MS_PRIVATE, _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 1, 2, 4, 8
 NOBODY = 65534
 NAMESPACE_SETS = ("pid+net+mnt+ipc", "pid+net+mnt", "pid+net", "net", "pid", "")  # tried in order while a device refuses one
 
@@ -122,7 +122,8 @@ def private_mounts(shm_bytes: int, new_proc: bool, scratch: str = "", scratch_by
                    uid: int | None = None) -> str:
     """Inside a new mount namespace: stop propagation, give /dev/shm and the scratch directory private
     size-limited tmpfs mounts (what is written there is memory, counted, and gone with the side; not
-    the host's disk) and (in a new PID namespace) mount a /proc that shows only this namespace."""
+    the host's disk), (in a new PID namespace) mount a /proc that shows only this namespace, and hide
+    the cgroup hierarchy under an empty read-only tmpfs."""
     done = []
     if not _mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None):
         return f"not enforced: {_errno_text()}"
@@ -136,6 +137,12 @@ def private_mounts(shm_bytes: int, new_proc: bool, scratch: str = "", scratch_by
         done.append(f"/dev/shm private ({shm_bytes >> 20} MiB)")
     if new_proc and _mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None):
         done.append("/proc of the namespace")
+    # Every side's cgroup, with when it is frozen and the CPU time it took, was readable here: a candidate
+    # loading on another worker's spare core timed cache thrashing to another evaluation's windows
+    # (identical code 0.91 or 1.08). The side joined its own group already and never reads one again.
+    if os.path.isdir("/sys/fs/cgroup") and _mount(b"tmpfs", b"/sys/fs/cgroup", b"tmpfs",
+                                                  _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"size=4k,mode=0555"):
+        done.append("/sys/fs/cgroup hidden")
     return ", ".join(done) or "private, nothing remounted"
 
 
