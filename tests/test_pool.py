@@ -399,8 +399,20 @@ if frame is not None:  # in the trusted worker, which imports it first (a sandbo
     os._exit(3)  # (only here: imported anywhere else, the task is fine, and the test fails)"""
 
 
+# A whole message, framed as the worker frames its own, that is not one: the pool ends the worker (its
+# channel is not trusted on) while the task's code still runs, so the death is the task's.
+MALFORMED_MESSAGE = MID_MESSAGE_END.replace(
+    """        os.write(channel.fileno(), struct.pack("!Q", 1 << 20) + b"half a message")
+    os._exit(3)""", """        from cuda_l1.evaluate.worker_results import send
+        send(channel, "not a message")
+        import time
+        time.sleep(120)""")
+assert MALFORMED_MESSAGE != MID_MESSAGE_END
+
+
 @pytest.mark.parametrize("ending", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGSEGV)", "get_inputs",
-                                    MID_MESSAGE_END], ids=["exit", "segfault", "get_inputs", "mid_message"])
+                                    MID_MESSAGE_END, MALFORMED_MESSAGE],
+                         ids=["exit", "segfault", "get_inputs", "mid_message", "malformed_message"])
 def test_a_task_that_ends_its_worker_is_bad_input_not_the_candidates_failure(tasks, ending):
     """A task whose import (or second get_inputs call) ends the process killed its worker twice, and
     the candidate was stored as a runtime_error. The worker marks the task's code while it runs it; a

@@ -326,3 +326,26 @@ def test_a_worker_keeps_at_most_two_prepared_references():
             held.append(len(reference_sides(worker)))
     # One evaluator per task ever judged would hold 1, 2, 3, 3, 3 reference processes.
     assert held == [1, 2, 2, 2, 2], held
+
+
+def test_a_dispatcher_that_fails_answers_every_job_instead_of_leaving_it_waiting():
+    """The dispatcher thread replaces a dead worker; a replacement that cannot start raised there and
+    ended the thread, and every caller waited for ever. Now each job still waiting, and each one
+    submitted later, gets a failed verdict saying why."""
+    task = make_task(SLOW_TASK, name="slow", level=1, origin="test:slow")
+    source = task.source.replace("class Model", "class ModelNew")
+    timing = TimingConfig.quick()
+    timing.enabled = False
+    config = EvalConfig(device="cpu", timing=timing, prewarm=False)
+    with LocalPool("cpu", config, workers=1) as pool:
+        def refuse(index):
+            raise OSError("no process can be started")
+
+        pool._start = refuse
+        waiting = pool.submit(EvalJob(task, source))
+        [worker] = pool.worker_pids()
+        os.kill(worker, signal.SIGKILL)
+        verdict = waiting.result(timeout=60).verdict
+        assert verdict.status != OK and "dispatcher failed" in " ".join(verdict.reasons), verdict.reasons
+        later = pool.submit(EvalJob(task, source)).result(timeout=10).verdict
+        assert "closed" in " ".join(later.reasons), later.reasons

@@ -117,13 +117,15 @@ class LocalPool(EvalPool):
 
     def submit(self, job: EvalJob) -> Future:
         future: Future = Future()
-        if self._closing:
+        with self._lock:  # (closing is set under it: a job is either refused or seen by whoever closes)
+            closing = self._closing
+            if not closing:
+                job_id = self._next_id
+                self._next_id += 1
+                self._futures[job_id] = (future, job, 1)
+        if closing:
             future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
             return future
-        with self._lock:
-            job_id = self._next_id
-            self._next_id += 1
-            self._futures[job_id] = (future, job, 1)
         builds = self.prebuilder.submit(job.source) if self.prebuilder is not None else []
         with self._lock:
             if builds:
@@ -171,11 +173,26 @@ class LocalPool(EvalPool):
         finally:
             self._started.set()
         while not self._stopped and self._start_error is None:
-            self._assign()
-            wait_any([results for *_, results in self._slots], timeout=0.2)
-            for index in range(len(self._slots)):
-                self._receive(index)
-            self._replace_dead()
+            try:
+                self._assign()
+                wait_any([results for *_, results in self._slots], timeout=0.2)
+                for index in range(len(self._slots)):
+                    self._receive(index)
+                self._replace_dead()
+            except Exception as exc:  # noqa: BLE001 - a dead dispatcher would leave every caller waiting
+                self._fail_all(f"the pool's dispatcher failed ({type(exc).__name__}: {exc}); no job can be judged")
+                return
+
+    def _fail_all(self, reason: str) -> None:
+        """Every job not yet resolved, and every later one, gets a failed verdict saying why (its
+        workers end with this thread: their parent-death signal)."""
+        with self._lock:
+            self._closing = True
+            jobs, self._pending = list(self._futures.items()), []
+            self._futures.clear()
+        for _, (future, job, attempts) in jobs:
+            if not future.done():
+                future.set_result(EvalResult(job, failed_verdict(job, reason), NO_WORKER, attempts))
 
     def _receive(self, index: int) -> None:
         """Take in what worker `index` said: that it started a job, or a job's outcome."""
@@ -187,9 +204,16 @@ class LocalPool(EvalPool):
         for message in messages:
             try:
                 job_id, verdict_dict, error = message
+                hash(job_id)
+            except Exception:  # noqa: BLE001 - not a message the worker's code sends (only a task's could)
+                if proc.is_alive():  # its channel is not trusted on: replaced as if dead, its jobs sent again
+                    proc.kill()
+                    proc.join(timeout=5)
+                return
+            try:
                 verdict = Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict) else None
-            except Exception:  # noqa: BLE001 - not a message the worker's code sends (only a task's could): skipped
-                continue
+            except Exception as exc:  # noqa: BLE001 - the job gets a failed verdict, not an endless wait
+                verdict, error = None, f"the worker's verdict could not be read ({type(exc).__name__}: {exc})"
             if job_id not in self._inflight[index]:
                 continue  # (not possible: a worker answers only the jobs it was sent)
             if verdict_dict == STARTED:
@@ -301,7 +325,8 @@ class LocalPool(EvalPool):
         if self._closed:
             return
         self._closed = True
-        self._closing = True
+        with self._lock:
+            self._closing = True
         if self.prebuilder is not None:
             self.prebuilder.close(cancel=self._aborting)
         for proc, inbox, *_ in self._slots:
