@@ -330,8 +330,8 @@ def test_a_worker_keeps_at_most_two_prepared_references():
 
 def test_a_dispatcher_that_fails_answers_every_job_instead_of_leaving_it_waiting():
     """The dispatcher thread replaces a dead worker; a replacement that cannot start raised there and
-    ended the thread, and every caller waited for ever. Now each job still waiting, and each one
-    submitted later, gets a failed verdict saying why."""
+    ended the thread, and every caller waited for ever. Now the start is tried again for about 15 s,
+    and then each job still waiting, and each one submitted later, gets a failed verdict saying why."""
     task = make_task(SLOW_TASK, name="slow", level=1, origin="test:slow")
     source = task.source.replace("class Model", "class ModelNew")
     timing = TimingConfig.quick()
@@ -347,5 +347,24 @@ def test_a_dispatcher_that_fails_answers_every_job_instead_of_leaving_it_waiting
         os.kill(worker, signal.SIGKILL)
         verdict = waiting.result(timeout=60).verdict
         assert verdict.status != OK and "dispatcher failed" in " ".join(verdict.reasons), verdict.reasons
-        later = pool.submit(EvalJob(task, source)).result(timeout=10).verdict
-        assert "closed" in " ".join(later.reasons), later.reasons
+        later = pool.submit(EvalJob(task, source)).result(timeout=10).verdict  # told why, at once
+        assert "dispatcher failed (OSError: no process can be started)" in " ".join(later.reasons), later.reasons
+
+
+def test_a_job_its_caller_cancelled_leaves_the_others_alone():
+    """Pool futures can be cancelled (concurrent.futures.wait with a timeout, then cancel()). Answering
+    a cancelled one raised in the dispatcher, which then failed every other job and closed the pool."""
+    task = make_task(SLOW_TASK.replace("time.sleep(0.3)", "pass"), name="double", level=1, origin="test:double")
+    source = task.source.replace("class Model", "class ModelNew")
+    timing = TimingConfig.quick()
+    timing.enabled = False
+    config = EvalConfig(device="cpu", timing=timing, prewarm=False)
+    with LocalPool("cpu", config, workers=1) as pool:
+        judged = pool.submit(EvalJob(task, source))
+        wait_until(lambda: judged.running() or bool(pool._inflight[0]), 10.0)  # sent to the worker: answered later
+        assert judged.cancel()
+        waiting = pool.submit(EvalJob(task, source + "\n# another\n"))
+        assert waiting.cancel()  # never sent: dropped
+        for k in range(2):
+            verdict = pool.submit(EvalJob(task, source + f"\n# {k}\n")).result(timeout=300).verdict
+            assert verdict.status == OK, verdict.reasons

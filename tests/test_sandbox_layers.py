@@ -118,7 +118,8 @@ attempt("write_scratch", lambda: open(os.path.join(plan.scratch, "f"), "w").writ
 attempt("shm_hog", lambda: open("/dev/shm/hog", "wb").write(b"\0" * (plan.shm_bytes + (1 << 20))))
 attempt("oom_lower", lambda: open("/proc/self/oom_score_adj", "w").write("0"))
 out["oom_score_adj"] = open("/proc/self/oom_score_adj").read().strip()
-out["cgroups_seen"] = os.listdir("/sys/fs/cgroup") if os.path.isdir("/sys/fs/cgroup") else []
+from cuda_l1.evaluate.confine import cgroup_mount_tops
+out["cgroups_seen"] = {top: os.listdir(top) for top in cgroup_mount_tops() if os.path.isdir(top)}
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 out["subprocess"] = subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout.strip()
 print(json.dumps(out))
@@ -156,8 +157,10 @@ def test_a_confined_process_keeps_working_but_cannot_change_its_scheduling_or_es
     if not notes.get("namespaces", "").startswith("not") and "mounts" in notes:
         assert "/dev/shm private" in notes["mounts"]
         assert out["shm_hog"] != "allowed"  # the private /dev/shm is full before it holds more than its size
-        if os.path.isdir("/sys/fs/cgroup"):  # no other side's group state: when it is frozen, its CPU time
-            assert "/sys/fs/cgroup hidden" in notes["mounts"] and out["cgroups_seen"] == [], out
+        # No other side's group state (when it is frozen, the CPU time it took): every hierarchy is empty.
+        assert all(entries == [] for entries in out["cgroups_seen"].values()), out
+        if out["cgroups_seen"]:
+            assert "hidden" in notes["mounts"], notes
 
 
 _SOCKETS = r'''
@@ -647,3 +650,14 @@ def test_a_windows_calls_run_with_garbage_collection_off_on_either_side():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_cgroup_hierarchies_hidden_are_the_outermost_mounts():
+    from cuda_l1.evaluate.confine import cgroup_mount_tops
+
+    v1 = "\n".join(f"cgroup /sys/fs/cgroup/{c} cgroup rw 0 0" for c in ("cpu", "memory", "freezer"))
+    assert cgroup_mount_tops("tmpfs /sys/fs/cgroup tmpfs rw 0 0\n" + v1) == ["/sys/fs/cgroup"]
+    assert cgroup_mount_tops("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n") == ["/sys/fs/cgroup"]
+    elsewhere = "cgroup2 /run/cg cgroup2 rw 0 0\ncgroup /run/cg/sub cgroup rw 0 0\nproc /proc proc rw 0 0"
+    assert cgroup_mount_tops(elsewhere) == ["/run/cg"]
+    assert cgroup_mount_tops("proc /proc proc rw 0 0\n") == []

@@ -196,7 +196,8 @@ def check_settings(config: EvalConfig) -> None:
         (config.correctness_trials >= 1, "correctness_trials must be at least 1"),
         (1 <= config.spares <= 16, "spares must be between 1 and 16"),
         (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),
-        (0 <= config.heap_reserve_bytes <= 1 << 40, "heap_reserve_bytes must be between 0 and 1 TiB"),
+        # (glibc gives a free heap top of 2 GiB or more back at once: a larger reserve would cost and do nothing)
+        (0 <= config.heap_reserve_bytes < 1 << 31, "heap_reserve_bytes must be between 0 and 2 GiB (exclusive)"),
         (min(config.timeout_s, config.load_timeout_s, config.task_timeout_s, config.first_call_timeout_s,
              config.call_timeout_s) > 0,
          "every timeout must be positive"),

@@ -140,10 +140,28 @@ def private_mounts(shm_bytes: int, new_proc: bool, scratch: str = "", scratch_by
     # Every side's cgroup, with when it is frozen and the CPU time it took, was readable here: a candidate
     # loading on another worker's spare core timed cache thrashing to another evaluation's windows
     # (identical code 0.91 or 1.08). The side joined its own group already and never reads one again.
-    if os.path.isdir("/sys/fs/cgroup") and _mount(b"tmpfs", b"/sys/fs/cgroup", b"tmpfs",
-                                                  _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"size=4k,mode=0555"):
-        done.append("/sys/fs/cgroup hidden")
+    hidden = [top for top in cgroup_mount_tops() if _mount(b"tmpfs", top.encode(), b"tmpfs",
+                                                          _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                                                          b"size=4k,mode=0555")]
+    if hidden:
+        done.append(f"{', '.join(hidden)} hidden")
     return ", ".join(done) or "private, nothing remounted"
+
+
+def cgroup_mount_tops(mounts: str | None = None) -> list[str]:
+    """Where the cgroup hierarchies are mounted, outermost only: /sys/fs/cgroup where it holds them,
+    and any cgroup or cgroup2 mount outside it (`mounts`: /proc/self/mounts' text)."""
+    if mounts is None:
+        try:
+            with open("/proc/self/mounts") as fh:
+                mounts = fh.read()
+        except OSError:
+            mounts = ""
+    points = {line.split()[1] for line in mounts.splitlines()
+              if len(line.split()) > 2 and line.split()[2] in ("cgroup", "cgroup2")}
+    if any(p == "/sys/fs/cgroup" or p.startswith("/sys/fs/cgroup/") for p in points):
+        points.add("/sys/fs/cgroup")
+    return sorted(p for p in points if not any(p.startswith(q.rstrip("/") + "/") for q in points if q != p))
 
 
 # -- identity --------------------------------------------------------------------------------------

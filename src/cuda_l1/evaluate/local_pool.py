@@ -27,7 +27,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.config import EvalConfig
@@ -85,6 +85,7 @@ class LocalPool(EvalPool):
         # on Linux a worker's parent-death signal fires when the thread that started it exits.
         self._started = threading.Event()
         self._start_error: BaseException | None = None
+        self._failure = ""  # why the dispatcher failed (_fail_all): what later jobs are told
         self._dispatcher = threading.Thread(target=self._dispatch, name="cuda-l1-pool", daemon=True)
         self._dispatcher.start()
         self._started.wait()
@@ -115,6 +116,19 @@ class LocalPool(EvalPool):
             results.started()  # (its pipe goes with a start that failed)
         return proc, inbox, marks, results
 
+    def _start_again(self, index: int):
+        """A replacement for a dead worker; a start that fails (no process to be had for a moment) is
+        tried again for about 15 s before the dispatcher gives up (_fail_all)."""
+        for pause in (0.5, 1, 2, 4, 8, 0):
+            try:
+                return self._start(index)
+            except Exception as exc:  # noqa: BLE001
+                if not pause:
+                    raise
+                print(f"cuda-l1: evaluation worker {index} could not be started ({type(exc).__name__}: {exc}); "
+                      f"trying again in {pause} s", file=sys.stderr, flush=True)
+                time.sleep(pause)
+
     def submit(self, job: EvalJob) -> Future:
         future: Future = Future()
         with self._lock:  # (closing is set under it: a job is either refused or seen by whoever closes)
@@ -124,7 +138,7 @@ class LocalPool(EvalPool):
                 self._next_id += 1
                 self._futures[job_id] = (future, job, 1)
         if closing:
-            future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
+            _deliver(future, EvalResult(job, failed_verdict(job, self._failure or "the pool was closed"), NO_WORKER))
             return future
         builds = self.prebuilder.submit(job.source) if self.prebuilder is not None else []
         with self._lock:
@@ -138,6 +152,12 @@ class LocalPool(EvalPool):
         worker never waits on a compiler while another job is ready. With none ready, workers stay
         idle until a build finishes. A re-measurement never goes to the worker that measured first."""
         with self._lock:
+            cancelled = [j for j in self._pending if j in self._futures and self._futures[j][0].cancelled()]
+            for job_id in cancelled:  # (its caller gave up on it: never judged, nothing to answer)
+                self._pending.remove(job_id)
+                self._futures.pop(job_id)
+                self._builds.pop(job_id, None)
+                self._first.pop(job_id, None)
             for position, job_id in enumerate(self._pending):
                 first = self._first.get(job_id)
                 if first is not None and first[1] == index:
@@ -162,7 +182,7 @@ class LocalPool(EvalPool):
     def _resolve(self, job_id: int, verdict: Verdict, worker: str) -> None:
         with self._lock:
             future, job, attempts = self._futures.pop(job_id)
-        future.set_result(EvalResult(job, verdict, worker, attempts))
+        _deliver(future, EvalResult(job, verdict, worker, attempts))
 
     def _dispatch(self) -> None:
         try:
@@ -179,7 +199,7 @@ class LocalPool(EvalPool):
                 for index in range(len(self._slots)):
                     self._receive(index)
                 self._replace_dead()
-            except Exception as exc:  # noqa: BLE001 - a dead dispatcher would leave every caller waiting
+            except BaseException as exc:  # noqa: BLE001 - a dead dispatcher would leave every caller waiting
                 self._fail_all(f"the pool's dispatcher failed ({type(exc).__name__}: {exc}); no job can be judged")
                 return
 
@@ -187,12 +207,11 @@ class LocalPool(EvalPool):
         """Every job not yet resolved, and every later one, gets a failed verdict saying why (its
         workers end with this thread: their parent-death signal)."""
         with self._lock:
-            self._closing = True
+            self._closing, self._failure = True, reason
             jobs, self._pending = list(self._futures.items()), []
             self._futures.clear()
         for _, (future, job, attempts) in jobs:
-            if not future.done():
-                future.set_result(EvalResult(job, failed_verdict(job, reason), NO_WORKER, attempts))
+            _deliver(future, EvalResult(job, failed_verdict(job, reason), NO_WORKER, attempts))
 
     def _receive(self, index: int) -> None:
         """Take in what worker `index` said: that it started a job, or a job's outcome."""
@@ -206,31 +225,44 @@ class LocalPool(EvalPool):
                 job_id, verdict_dict, error = message
                 hash(job_id)
             except Exception:  # noqa: BLE001 - not a message the worker's code sends (only a task's could)
-                if proc.is_alive():  # its channel is not trusted on: replaced as if dead, its jobs sent again
+                results.corrupted = results.ended = True  # nothing more is read from it
+                if proc.is_alive():  # replaced as if dead: the jobs it still holds are sent again
                     proc.kill()
                     proc.join(timeout=5)
                 return
             try:
-                verdict = Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict) else None
-            except Exception as exc:  # noqa: BLE001 - the job gets a failed verdict, not an endless wait
-                verdict, error = None, f"the worker's verdict could not be read ({type(exc).__name__}: {exc})"
-            if job_id not in self._inflight[index]:
-                continue  # (not possible: a worker answers only the jobs it was sent)
-            if verdict_dict == STARTED:
-                self._judging[index] = job_id
-                continue
-            self._inflight[index].remove(job_id)
-            if self._judging[index] == job_id:
-                self._judging[index] = None
-            if verdict_dict == TASK_ERROR and job_id not in self._first:
+                self._take(index, job_id, verdict_dict, error)
+            except Exception as exc:  # noqa: BLE001 - this job fails, not the pool (nor does it wait for ever)
                 with self._lock:
-                    future = self._futures.pop(job_id, (None,))[0]
-                if future is not None:
-                    future.set_exception(BrokenTask(str(error or "the task's reference does not run")))
-            elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
-                _, job, _ = self._futures[job_id]
-                verdict = verdict or failed_verdict(job, str(error or ""))
-                self._settle(job_id, job, verdict, index, self.workers[index])
+                    entry = self._futures.pop(job_id, None)
+                    self._first.pop(job_id, None)
+                if entry is not None:
+                    reason = f"the pool could not take in this job's outcome ({type(exc).__name__}: {exc})"
+                    _deliver(entry[0], EvalResult(entry[1], failed_verdict(entry[1], reason), self.workers[index], entry[2]))
+
+    def _take(self, index: int, job_id, verdict_dict, error) -> None:
+        """One message of worker `index`: a job started, or its outcome."""
+        try:
+            verdict = Verdict.from_dict(verdict_dict) if isinstance(verdict_dict, dict) else None
+        except Exception as exc:  # noqa: BLE001 - the job gets a failed verdict, not an endless wait
+            verdict, error = None, f"the worker's verdict could not be read ({type(exc).__name__}: {exc})"
+        if job_id not in self._inflight[index]:
+            return  # (not possible: a worker answers only the jobs it was sent)
+        if verdict_dict == STARTED:
+            self._judging[index] = job_id
+            return
+        self._inflight[index].remove(job_id)
+        if self._judging[index] == job_id:
+            self._judging[index] = None
+        if verdict_dict == TASK_ERROR and job_id not in self._first:
+            with self._lock:
+                future = self._futures.pop(job_id, (None,))[0]
+            if future is not None:
+                _deliver(future, error=BrokenTask(str(error or "the task's reference does not run")))
+        elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
+            _, job, _ = self._futures[job_id]
+            verdict = verdict or failed_verdict(job, str(error or ""))
+            self._settle(job_id, job, verdict, index, self.workers[index])
 
     def _settle(self, job_id: int, job: EvalJob, verdict: Verdict, index: int | None, worker: str) -> None:
         """Resolve the job, or first send a suspicious speedup to another worker to be re-measured."""
@@ -264,7 +296,7 @@ class LocalPool(EvalPool):
             ended = exit_text(proc.exitcode)
             print(f"cuda-l1: evaluation worker {index} ({self.workers[index]}) {ended} while it held "
                   f"{len(sent)} job(s); starting another", file=sys.stderr, flush=True)
-            self._slots[index] = self._start(index)
+            self._slots[index] = self._start_again(index)
             self._inflight[index], self._judging[index] = [], None
             if self._task_killed(marks.read(), sent, ended):
                 continue
@@ -304,7 +336,7 @@ class LocalPool(EvalPool):
                 self._first.pop(job_id, None)
             doomed = [self._futures.pop(job_id)[:2] for job_id in doomed]  # (future, job)
         for future, job in doomed:
-            future.set_exception(BrokenTask(
+            _deliver(future, error=BrokenTask(
                 f"{job.task.origin or job.task.name}: the evaluation worker {ended} while running the task's "
                 f"own code (its import or its reference's first run), {self.max_attempts} times: a task must "
                 "not end or crash the process (os._exit, a fatal signal, more memory than the host has)"))
@@ -349,5 +381,16 @@ class LocalPool(EvalPool):
             unanswered = list(self._futures.values())
             self._futures.clear()
         for future, job, _ in unanswered:  # outside the lock: a result's callbacks may take other locks
-            if not future.done():
-                future.set_result(EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
+            _deliver(future, EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
+
+
+def _deliver(future: Future, result=None, error: BaseException | None = None) -> None:
+    """Resolve a job's future once; a future its caller cancelled (or one already resolved) is left
+    as it is: raising here, in the dispatcher, would fail every other job."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
