@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 
-from cuda_l1.errors import BrokenTask
+from cuda_l1.errors import BrokenTask, RunError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, failed_verdict
 from cuda_l1.evaluate.local_worker import STARTED, worker_main
@@ -137,8 +137,9 @@ class LocalPool(EvalPool):
                 job_id = self._next_id
                 self._next_id += 1
                 self._futures[job_id] = (future, job, 1)
-        if closing:
-            _deliver(future, EvalResult(job, failed_verdict(job, self._failure or "the pool was closed"), NO_WORKER))
+        if closing:  # (after a failure, as an error: a run must stop, not score its candidates as failures)
+            _deliver(future, EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER),
+                     RunError(self._failure) if self._failure else None)
             return future
         builds = self.prebuilder.submit(job.source) if self.prebuilder is not None else []
         with self._lock:
@@ -204,14 +205,15 @@ class LocalPool(EvalPool):
                 return
 
     def _fail_all(self, reason: str) -> None:
-        """Every job not yet resolved, and every later one, gets a failed verdict saying why (its
-        workers end with this thread: their parent-death signal)."""
+        """Every job not yet resolved, and every later one, fails with a RunError saying why: no
+        verdict, since none was reached, and a trainer must not take it for the candidate's failure
+        (its workers end with this thread: their parent-death signal)."""
         with self._lock:
             self._closing, self._failure = True, reason
             jobs, self._pending = list(self._futures.items()), []
             self._futures.clear()
-        for _, (future, job, attempts) in jobs:
-            _deliver(future, EvalResult(job, failed_verdict(job, reason), NO_WORKER, attempts))
+        for _, (future, _job, _attempts) in jobs:
+            _deliver(future, error=RunError(reason))
 
     def _receive(self, index: int) -> None:
         """Take in what worker `index` said: that it started a job, or a job's outcome."""
