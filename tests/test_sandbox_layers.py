@@ -118,7 +118,7 @@ attempt("write_scratch", lambda: open(os.path.join(plan.scratch, "f"), "w").writ
 attempt("shm_hog", lambda: open("/dev/shm/hog", "wb").write(b"\0" * (plan.shm_bytes + (1 << 20))))
 attempt("oom_lower", lambda: open("/proc/self/oom_score_adj", "w").write("0"))
 out["oom_score_adj"] = open("/proc/self/oom_score_adj").read().strip()
-from cuda_l1.evaluate.confine import cgroup_mount_tops
+from cuda_l1.evaluate.side_mounts import cgroup_mount_tops
 out["cgroups_seen"] = {top: os.listdir(top) for top in cgroup_mount_tops() if os.path.isdir(top)}
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 out["subprocess"] = subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout.strip()
@@ -653,7 +653,7 @@ def test_a_windows_calls_run_with_garbage_collection_off_on_either_side():
 
 
 def test_the_cgroup_hierarchies_hidden_are_the_outermost_mounts():
-    from cuda_l1.evaluate.confine import cgroup_mount_tops
+    from cuda_l1.evaluate.side_mounts import cgroup_mount_tops
 
     v1 = "\n".join(f"cgroup /sys/fs/cgroup/{c} cgroup rw 0 0" for c in ("cpu", "memory", "freezer"))
     assert cgroup_mount_tops("tmpfs /sys/fs/cgroup tmpfs rw 0 0\n" + v1) == ["/sys/fs/cgroup"]

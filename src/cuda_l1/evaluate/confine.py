@@ -35,7 +35,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from cuda_l1.evaluate import landlock, seccomp, sigstop
+from cuda_l1.evaluate import landlock, seccomp, side_mounts, sigstop
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -50,7 +50,6 @@ _PR_SET_SECUREBITS = 28
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_SYS_RESOURCE = 24
 _SECUREBITS_LOCKED = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # noroot, no_setuid_fixup, keep_caps, ambient: locked
-_MS_REC, _MS_PRIVATE, _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 16384, 1 << 18, 1, 2, 4, 8
 NOBODY = 65534
 NAMESPACE_SETS = ("pid+net+mnt+ipc", "pid+net+mnt", "pid+net", "net", "pid", "")  # tried in order while a device refuses one
 
@@ -112,56 +111,6 @@ def enter_namespaces(which: str) -> tuple[bool, str]:
         except OSError as exc:
             return False, f"user namespace mapping failed: {exc.strerror}"
     return True, which + ("+user" if flags & CLONE_NEWUSER else "")
-
-
-def _mount(source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
-    return _lib().mount(source, target, fstype, ctypes.c_ulong(flags), data) == 0
-
-
-def private_mounts(shm_bytes: int, new_proc: bool, scratch: str = "", scratch_bytes: int = 0,
-                   uid: int | None = None) -> str:
-    """Inside a new mount namespace: stop propagation, give /dev/shm and the scratch directory private
-    size-limited tmpfs mounts (what is written there is memory, counted, and gone with the side; not
-    the host's disk), (in a new PID namespace) mount a /proc that shows only this namespace, and hide
-    the cgroup hierarchy under an empty read-only tmpfs."""
-    done = []
-    if not _mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None):
-        return f"not enforced: {_errno_text()}"
-    owner = f",uid={uid},gid={uid}" if uid is not None else ""
-    if scratch and scratch_bytes and _mount(b"tmpfs", scratch.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                                            f"size={int(scratch_bytes)},mode=0700{owner}".encode()):
-        os.chdir(scratch)  # the working directory is the new mount, not the directory under it
-        done.append(f"scratch tmpfs ({scratch_bytes >> 20} MiB)")
-    if os.path.isdir("/dev/shm") and _mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                                            f"size={int(shm_bytes)},mode=1777".encode()):
-        done.append(f"/dev/shm private ({shm_bytes >> 20} MiB)")
-    if new_proc and _mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None):
-        done.append("/proc of the namespace")
-    # Every side's cgroup, with when it is frozen and the CPU time it took, was readable here: a candidate
-    # loading on another worker's spare core timed cache thrashing to another evaluation's windows
-    # (identical code 0.91 or 1.08). The side joined its own group already and never reads one again.
-    hidden = [top for top in cgroup_mount_tops() if _mount(b"tmpfs", top.encode(), b"tmpfs",
-                                                          _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                                                          b"size=4k,mode=0555")]
-    if hidden:
-        done.append(f"{', '.join(hidden)} hidden")
-    return ", ".join(done) or "private, nothing remounted"
-
-
-def cgroup_mount_tops(mounts: str | None = None) -> list[str]:
-    """Where the cgroup hierarchies are mounted, outermost only: /sys/fs/cgroup where it holds them,
-    and any cgroup or cgroup2 mount outside it (`mounts`: /proc/self/mounts' text)."""
-    if mounts is None:
-        try:
-            with open("/proc/self/mounts") as fh:
-                mounts = fh.read()
-        except OSError:
-            mounts = ""
-    points = {line.split()[1] for line in mounts.splitlines()
-              if len(line.split()) > 2 and line.split()[2] in ("cgroup", "cgroup2")}
-    if any(p == "/sys/fs/cgroup" or p.startswith("/sys/fs/cgroup/") for p in points):
-        points.add("/sys/fs/cgroup")
-    return sorted(p for p in points if not any(p.startswith(q.rstrip("/") + "/") for q in points if q != p))
 
 
 # -- identity --------------------------------------------------------------------------------------
@@ -370,7 +319,7 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
                 _wait_and_mirror(pid)
             die_with_parent()
         if ok and "mnt" in which:
-            notes["mounts"] = private_mounts(plan.shm_bytes, "pid" in which, plan.scratch, plan.scratch_bytes, plan.uid)
+            notes["mounts"] = side_mounts.private_mounts(plan.shm_bytes, "pid" in which, plan.scratch, plan.scratch_bytes, plan.uid)
         if ok and "pid" in which:
             notes["pid"] = _start_harness_under_init(plan, keep_fds, outer_pid)
     notes["rlimits"] = ", ".join(f"{k}={v}" for k, v in apply_rlimits(**plan.limits).items())
