@@ -101,6 +101,20 @@ def _within_bounds(bounds: dict, verdict) -> bool:
             and verdict.speedup <= bounds.get("score_at_most", float("inf")))
 
 
+def _not_faster(verdict) -> bool:
+    """Refused, or measured in full and then no faster than the reference: raw within 15% (a busy CPU
+    host strays; the tricks these cases try would gain far more), or scored no faster (the reward: an
+    interval that holds 1). Raw alone failed once for code that gains nothing (timer_patch: raw 1.18,
+    its interval from 0.85, scored 1.00)."""
+    return verdict.status != "ok" or verdict.raw_speedup <= 1.15 or verdict.speedup <= 1.0
+
+
+def _misses(case, verdict) -> bool:
+    if case.expect == "not_faster":
+        return not _not_faster(verdict)
+    return bool(case.bounds) and not _within_bounds(case.bounds, verdict)
+
+
 def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_server: bool | None) -> None:
     # Credentials the evaluator's own process holds; none may reach the candidate.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-secret")
@@ -112,22 +126,19 @@ def _judge_case(case, tmp_path, monkeypatch, listener, unix_listener, fork_serve
     evaluator = evaluator_for(case.reference, case.task(), fork_server)
     source = case.source(**substitutions(case, tmp_path, port, unix_listener))
     verdict = evaluator.evaluate(source)
-    if verdict.status == "ok" and case.bounds and not _within_bounds(case.bounds, verdict):
-        # The bounds are for gains of several-fold (a trick's, or a legitimate rewrite's); on a busy
-        # 2-core host one quick reading of 10 ms windows strays by tens of percent (CI failed on such
-        # strays), so a miss is measured once more and the second reading must hold: a trick that
-        # gains misses both.
+    if verdict.status == "ok" and _misses(case, verdict):
+        # The bounds are for gains of several-fold (a trick's, or a legitimate rewrite's) and the
+        # not-faster bar for gains above 15%; on a busy 2-core host one quick reading of short windows
+        # strays by tens of percent (CI failed on such strays: flush_denormals, identical code on its
+        # side, raw 1.17 with an interval from 1.07; twelve readings here ranged 0.90-1.17), so a miss
+        # is measured once more and the second reading must hold: a trick that gains misses both.
         verdict = evaluator.evaluate(source)
     started = {None: None, True: "forked", False: "fresh interpreter"}[fork_server]
     assert started is None or verdict.sandbox.get("started") == started, verdict.sandbox
     summary = f"{verdict.status} {verdict.reasons} {[(c.name, c.passed, c.detail[:120]) for c in verdict.checks]}\nlog:{verdict.log[-1500:]}"
     assert "sk-test-" not in verdict.to_json()
     if case.expect == "not_faster":
-        # Refused, or measured in full and then no faster than the reference: raw within 15% (a busy
-        # CPU host strays; the tricks these cases try would gain far more), or scored no faster (the
-        # reward: an interval that holds 1). Raw alone failed once for code that gains nothing
-        # (timer_patch: raw 1.18, its interval from 0.85, scored 1.00).
-        assert verdict.status != "ok" or verdict.raw_speedup <= 1.15 or verdict.speedup <= 1.0, summary
+        assert _not_faster(verdict), summary
         return
     assert case.expects(verdict.status), summary
     assert case.caught(verdict), summary
