@@ -335,6 +335,21 @@ def test_close_with_pending_jobs_answers_them(backend, tasks):
         assert ray.is_initialized()  # an instance the pool did not start is left running
 
 
+
+def test_a_cancelled_job_leaves_the_others_alone(backend, tasks):
+    """Pool futures can be cancelled (concurrent.futures.wait with a timeout, then cancel()). Answering
+    a cancelled one raised in the dispatcher, which then failed every other job (the Ray pool until
+    this test; the local one's own case is in test_pool_lifecycle.py)."""
+    task = tasks["scale"]
+    with open_pool(backend, workers=1) as pool:
+        judged = pool.submit(EvalJob(task, candidate("scale", "slow"), key="judged"))
+        busy_worker(pool)
+        assert judged.cancel()  # judged now: its verdict comes and must be dropped
+        waiting = pool.submit(EvalJob(task, candidate("scale", "slow"), key="waiting"))
+        assert waiting.cancel()  # never sent: dropped
+        after = [pool.submit(EvalJob(task, candidate("scale", "correct"), key=f"after-{k}")) for k in range(2)]
+        assert [f.result(timeout=300).verdict.status for f in after] == [OK, OK]
+
 # -- Ray only ----------------------------------------------------------------------------------------------
 needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install 'cuda-l1[ray]')")
 

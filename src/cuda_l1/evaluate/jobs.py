@@ -15,7 +15,7 @@ import math
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -72,6 +72,18 @@ def failed_verdict(job: EvalJob, message: str, *, evaluation_failed: bool = True
 
 
 KEEP_REFERENCES = 2  # prepared references a worker holds: a task's candidates back to back, and one more
+
+
+def deliver(future: Future, result=None, error: BaseException | None = None) -> None:
+    """Resolve a job's future once; a future its caller cancelled (or one already resolved) is left
+    as it is: raising here, in a pool's dispatcher, would fail every other job."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
 
 
 class Evaluators:

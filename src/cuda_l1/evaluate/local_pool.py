@@ -27,11 +27,11 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 
 from cuda_l1.errors import BrokenTask, RunError
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, failed_verdict
+from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, deliver, failed_verdict
 from cuda_l1.evaluate.local_worker import STARTED, worker_main
 from cuda_l1.evaluate.task_marks import PreparingMarks
 from cuda_l1.evaluate.verdict import Verdict
@@ -138,8 +138,7 @@ class LocalPool(EvalPool):
                 self._next_id += 1
                 self._futures[job_id] = (future, job, 1)
         if closing:  # (after a failure, as an error: a run must stop, not score its candidates as failures)
-            _deliver(future, EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER),
-                     RunError(self._failure) if self._failure else None)
+            deliver(future, _closed(job), RunError(self._failure) if self._failure else None)
             return future
         builds = self.prebuilder.submit(job.source) if self.prebuilder is not None else []
         with self._lock:
@@ -183,7 +182,7 @@ class LocalPool(EvalPool):
     def _resolve(self, job_id: int, verdict: Verdict, worker: str) -> None:
         with self._lock:
             future, job, attempts = self._futures.pop(job_id)
-        _deliver(future, EvalResult(job, verdict, worker, attempts))
+        deliver(future, EvalResult(job, verdict, worker, attempts))
 
     def _dispatch(self) -> None:
         try:
@@ -213,7 +212,7 @@ class LocalPool(EvalPool):
             jobs, self._pending = list(self._futures.items()), []
             self._futures.clear()
         for _, (future, _job, _attempts) in jobs:
-            _deliver(future, error=RunError(reason))
+            deliver(future, error=RunError(reason))
 
     def _receive(self, index: int) -> None:
         """Take in what worker `index` said: that it started a job, or a job's outcome."""
@@ -235,12 +234,17 @@ class LocalPool(EvalPool):
             try:
                 self._take(index, job_id, verdict_dict, error)
             except Exception as exc:  # noqa: BLE001 - this job fails, not the pool (nor does it wait for ever)
-                with self._lock:
-                    entry = self._futures.pop(job_id, None)
-                    self._first.pop(job_id, None)
-                if entry is not None:
-                    reason = f"the pool could not take in this job's outcome ({type(exc).__name__}: {exc})"
-                    _deliver(entry[0], EvalResult(entry[1], failed_verdict(entry[1], reason), self.workers[index], entry[2]))
+                self._fail_job(job_id, f"the pool could not take in this job's outcome ({type(exc).__name__}: {exc})",
+                               self.workers[index])
+
+    def _fail_job(self, job_id, reason: str, worker: str) -> None:
+        """Job `job_id`, if still unanswered, gets a failed verdict saying why."""
+        with self._lock:
+            entry = self._futures.pop(job_id, None)
+            self._first.pop(job_id, None)
+        if entry is not None:
+            future, job, attempts = entry
+            deliver(future, EvalResult(job, failed_verdict(job, reason), worker, attempts))
 
     def _take(self, index: int, job_id, verdict_dict, error) -> None:
         """One message of worker `index`: a job started, or its outcome."""
@@ -260,7 +264,7 @@ class LocalPool(EvalPool):
             with self._lock:
                 future = self._futures.pop(job_id, (None,))[0]
             if future is not None:
-                _deliver(future, error=BrokenTask(str(error or "the task's reference does not run")))
+                deliver(future, error=BrokenTask(str(error or "the task's reference does not run")))
         elif job_id in self._futures:  # (a re-measure that met a broken task: a failed measurement)
             _, job, _ = self._futures[job_id]
             verdict = verdict or failed_verdict(job, str(error or ""))
@@ -338,7 +342,7 @@ class LocalPool(EvalPool):
                 self._first.pop(job_id, None)
             doomed = [self._futures.pop(job_id)[:2] for job_id in doomed]  # (future, job)
         for future, job in doomed:
-            _deliver(future, error=BrokenTask(
+            deliver(future, error=BrokenTask(
                 f"{job.task.origin or job.task.name}: the evaluation worker {ended} while running the task's "
                 f"own code (its import or its reference's first run), {self.max_attempts} times: a task must "
                 "not end or crash the process (os._exit, a fatal signal, more memory than the host has)"))
@@ -383,16 +387,10 @@ class LocalPool(EvalPool):
             unanswered = list(self._futures.values())
             self._futures.clear()
         for future, job, _ in unanswered:  # outside the lock: a result's callbacks may take other locks
-            _deliver(future, EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER))
+            deliver(future, _closed(job))
 
 
-def _deliver(future: Future, result=None, error: BaseException | None = None) -> None:
-    """Resolve a job's future once; a future its caller cancelled (or one already resolved) is left
-    as it is: raising here, in the dispatcher, would fail every other job."""
-    try:
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-    except InvalidStateError:
-        pass
+def _closed(job: EvalJob) -> EvalResult:
+    """What a job gets that the pool was closed before judging."""
+    return EvalResult(job, failed_verdict(job, "the pool was closed"), NO_WORKER)
+

@@ -36,7 +36,8 @@ from cuda_l1.errors import BrokenTask, UserError
 from cuda_l1.evaluate import crowding
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.device_room import room_for
-from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, failed_verdict
+from cuda_l1.evaluate.jobs import (NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, Evaluators, deliver,
+                                   failed_verdict)
 from cuda_l1.evaluate.ray_cluster import connect, runtime_env_secrets
 from cuda_l1.evaluate.verdict import Verdict
 
@@ -220,7 +221,7 @@ class RayPool(EvalPool):
         with self._lock:
             if self._closing or self._unusable:
                 reason = self._unusable or "the pool was closed"
-                future.set_result(EvalResult(job, failed_verdict(job, reason), NO_WORKER))
+                deliver(future, EvalResult(job, failed_verdict(job, reason), NO_WORKER))
                 return future
             job_id = self._next_id
             self._next_id += 1
@@ -234,7 +235,7 @@ class RayPool(EvalPool):
             entry = self._futures.pop(job_id, None)
         if entry is not None:
             future, job, attempts = entry
-            future.set_result(EvalResult(job, verdict, worker, attempts))
+            deliver(future, EvalResult(job, verdict, worker, attempts))
 
     def _give_up(self, message: str) -> None:
         with self._lock:
@@ -247,14 +248,15 @@ class RayPool(EvalPool):
             self._futures.clear()
             self._pending.clear()
         for future, job, attempts in entries:
-            if not future.done():
-                future.set_result(EvalResult(job, failed_verdict(job, message), NO_WORKER, attempts))
+            deliver(future, EvalResult(job, failed_verdict(job, message), NO_WORKER, attempts))
 
     def _assign(self) -> None:
         for slot in self._slots:
             if slot.dropped or slot.ready is not None or slot.job_id is not None:
                 continue
             with self._lock:
+                while self._pending and self._futures[self._pending[0]][0].cancelled():
+                    self._futures.pop(self._pending.popleft())  # (its caller gave up on it: never judged)
                 if not self._pending:
                     return
                 job_id = self._pending.popleft()
@@ -330,9 +332,12 @@ class RayPool(EvalPool):
         if verdict_dict == TASK_ERROR:
             with self._lock:
                 self._futures.pop(job_id, None)
-            entry[0].set_exception(BrokenTask(error or "the task's reference does not run"))
+            deliver(entry[0], error=BrokenTask(error or "the task's reference does not run"))
             return
-        verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(entry[1], error or "")
+        try:
+            verdict = Verdict.from_dict(verdict_dict) if verdict_dict else failed_verdict(entry[1], error or "")
+        except Exception as exc:  # noqa: BLE001 - this job fails, not the pool
+            verdict = failed_verdict(entry[1], f"the worker's verdict could not be read ({type(exc).__name__}: {exc})")
         self._resolve(job_id, verdict, label)
 
     def _replace(self, index: int, job_id: int | None, cause: Exception) -> None:

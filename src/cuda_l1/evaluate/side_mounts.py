@@ -21,7 +21,7 @@ def private_mounts(shm_bytes: int, new_proc: bool, scratch: str = "", scratch_by
     """Inside a new mount namespace: stop propagation, give /dev/shm and the scratch directory private
     size-limited tmpfs mounts (what is written there is memory, counted, and gone with the side; not
     the host's disk), (in a new PID namespace) mount a /proc that shows only this namespace, and hide
-    the cgroup hierarchy under an empty read-only tmpfs."""
+    every cgroup hierarchy under an empty read-only tmpfs (cgroup_mount_tops)."""
     done = []
     if not _mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None):
         return f"not enforced: {_errno_text()}"
