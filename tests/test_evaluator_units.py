@@ -413,6 +413,9 @@ def test_static_scan_flags_without_deciding():
                       "y = torch.ops.quantized.linear_dynamic(x, p)", "a8 = a.to(torch.float8_e4m3fn)"):
         assert "precision downgrade" in scan(quantised), quantised
     assert scan("mask = m.to(torch.int8)\n") == {}
+    # A reference's own words are no finding: identical code was marked "output caching" for "memory-bound".
+    assert scan('"""A memory-bound elementwise task."""\n') == {}
+    assert "output caching" in scan("self.memo = {}\n") and "output caching" in scan("@memoize\ndef f(): pass\n")
 
 
 def test_environment_is_scrubbed(monkeypatch, tmp_path):

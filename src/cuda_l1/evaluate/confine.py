@@ -331,7 +331,8 @@ def confine_process(plan: ConfinePlan, keep_fds: tuple[int, ...] = ()) -> dict[s
                                "set sandbox.drop_identity = False only where the evaluator itself runs unprivileged")
     if plan.landlock:
         read = landlock.default_read_paths(list(plan.read_paths))
-        ok, note = landlock.apply_landlock(read, landlock.default_write_paths(plan.scratch))
+        ok, note = landlock.apply_landlock(read, landlock.default_write_paths(plan.scratch),
+                                           list_paths=landlock.import_path_dirs())
         notes["landlock"] = note if ok else f"not enforced: {note}"
     else:
         notes["landlock"] = "disabled by configuration"

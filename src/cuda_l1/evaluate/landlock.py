@@ -80,8 +80,10 @@ def _handled_fs(abi: int) -> int:
     return rights  # device ioctls (ABI 5) stay unhandled: the GPU driver needs them
 
 
-def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: bool = True) -> tuple[bool, str]:
-    """Restrict this process (and its future children) to the given hierarchies."""
+def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: bool = True,
+                   list_paths: list[str] = ()) -> tuple[bool, str]:
+    """Restrict this process (and its future children) to the given hierarchies: read (and execute)
+    below `read_paths`, anything below `write_paths`, and only list the directories below `list_paths`."""
     abi = landlock_abi()
     if abi < 1:
         return False, "Landlock not available on this kernel"
@@ -102,7 +104,8 @@ def apply_landlock(read_paths: list[str], write_paths: list[str], *, deny_tcp: b
     write_rights = handled  # full control below the writable roots
     added = []
     try:
-        for rights, paths in ((_READ & handled, read_paths), (write_rights, write_paths)):
+        for rights, paths in ((_READ & handled, read_paths), (write_rights, write_paths),
+                              (FS_READ_DIR & handled, [p for p in list_paths if os.path.isdir(p)])):
             for path in paths:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -161,7 +164,7 @@ def default_read_paths(extra: list[str]) -> list[str]:
         paths += site.getsitepackages()
     except AttributeError:
         pass
-    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    paths += import_path_parts(paths)
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             paths.append(os.environ[var])
@@ -174,6 +177,54 @@ def default_read_paths(extra: list[str]) -> list[str]:
             if os.path.realpath(p) != p:
                 out.append(p)
     return out
+
+
+def import_path_parts(roots: list[str]) -> list[str]:
+    """What a side may read of the import path's entries: an entry below `roots` (the Python prefixes,
+    site-packages) whole; any other (PYTHONPATH, a .pth's directory such as a flat project's root in
+    an editable install) only its packages, modules and their metadata, since such an entry is often a
+    project's directory, whose other files (a `.env`, a checkout's credentials) a candidate could read
+    and print into its verdict's log. Their names stay listable (import_path_dirs)."""
+    whole = [os.path.realpath(r) for r in roots if r and r.startswith("/")]
+    parts = []
+    for entry in import_path_dirs():
+        real = os.path.realpath(entry)
+        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in whole):
+            parts.append(entry)
+            continue
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(entry, name)
+            if name.startswith("."):
+                continue
+            if os.path.isdir(path):
+                if name.endswith(_METADATA_SUFFIXES) or (name.isidentifier() and _holds_modules(path)):
+                    parts.append(path)
+            elif name.endswith(_MODULE_SUFFIXES):
+                parts.append(path)
+    return parts
+
+
+def import_path_dirs() -> list[str]:
+    """The import path's directories: a side may list them (Python's import system lists each entry
+    before it finds anything there), whatever it may read below them (import_path_parts)."""
+    return [p for p in sys.path if p and os.path.isdir(p)]
+
+
+_MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pth")
+_METADATA_SUFFIXES = (".dist-info", ".egg-info", ".libs", ".data")
+
+
+def _holds_modules(path: str) -> bool:
+    """A package (or namespace package) directory: modules in it, or packages one level down."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(n.endswith(_MODULE_SUFFIXES) or os.path.isfile(os.path.join(path, n, "__init__.py")) for n in names)
 
 
 # Device nodes a side may open: the harmless character devices, its private /dev/shm, and the GPU's.

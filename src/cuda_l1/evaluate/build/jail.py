@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     from cuda_l1.evaluate import landlock
 
     ok, note = landlock.apply_landlock(landlock.default_read_paths(args.read + args.write),
-                                       args.write + ["/dev/null"])
+                                       args.write + ["/dev/null"], list_paths=landlock.import_path_dirs())
     if not ok:
         print(f"[build jail not enforced: {note}]", file=sys.stderr, flush=True)
     # Limits on what the source can make its compilers do (a file of a GiB, a template bomb's memory);
