@@ -287,6 +287,9 @@ def test_glued_indented_crlf_and_bare_code():
     assert parse_completion(indented).code.strip() == MODULE_V1.strip()
     assert parse_completion(f"```python\r\n{MODULE_V1}```\r\n".replace("\n", "\r\n")).code == MODULE_V1
     assert parse_completion(MODULE_V1).code == MODULE_V1
+    # Inside a block a fence in the code's own string is code: un-gluing it broke the literal in two.
+    quoting = MODULE_V1 + 'HINT = "see:```python"\n'
+    assert parse_completion(f"Here it is:\n```python\n{quoting}```\n").code == quoting
 
 
 def test_reasoning_sections():

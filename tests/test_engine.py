@@ -160,6 +160,35 @@ def test_an_unknown_device_is_learnt_from_the_first_verdict(tmp_path):
     assert engine.submit(TASK, first, CANDIDATE).result(timeout=10).reused
 
 
+def test_a_stage_filing_by_verdict_device_looks_up_under_the_device_judging_now(tmp_path):
+    """A training run resumed on another GPU started from its old GPU's label: it scored copies of old
+    exemplars with the old GPU's speedups and never found its own verdicts again."""
+    store, (first, second) = _store(tmp_path)
+    old = Engine(store, HeldPool(), device_key="GPU-A", config_key="k", run_id=None, file_by_verdict_device=True)
+    judged_on_a = old.submit(TASK, first, CANDIDATE)
+    old.pool.answer(0, device="GPU-A")
+    assert judged_on_a.result(timeout=10).stored
+    pool = HeldPool()
+    engine = Engine(store, pool, device_key="GPU-A", config_key="k", run_id=None, file_by_verdict_device=True)
+    b = engine.submit(TASK, second, LAYOUT_TWIN)
+    pool.answer(0, device="GPU-B")
+    assert b.result(timeout=10).stored and engine.device_key == "GPU-B"
+    assert engine.submit(TASK, second, LAYOUT_TWIN).result(timeout=10).reused  # its own verdict, found again
+    again = engine.submit(TASK, first, CANDIDATE)  # judged on GPU-A only: judged on GPU-B, not given A's
+    assert len(pool.jobs) == 2
+    pool.answer(1, device="GPU-B")
+    assert not again.result(timeout=10).reused
+
+
+def test_a_training_stage_takes_its_device_label_from_its_devices_not_an_earlier_run():
+    from cuda_l1.evaluate.device import device_name
+    from cuda_l1.train.config_files import EvalSection
+    from cuda_l1.train.eval_pool import local_device_label
+
+    assert local_device_label(EvalSection(device="cpu")) == device_name("cpu")
+    assert local_device_label(EvalSection(device="cuda", cluster="ray")) is None  # learnt from a verdict
+
+
 def test_a_failing_pool_reaches_every_waiter_and_frees_the_source(tmp_path):
     store, (first, _) = _store(tmp_path)
     pool = HeldPool()

@@ -402,6 +402,25 @@ def test_the_spread_between_processes_scores_identical_code_one_and_keeps_a_real
     assert EvalConfig(device="cpu").config_key() != EvalConfig(device="cpu", timing=TimingConfig(process_spread=0.0)).config_key()
 
 
+def test_limits_that_can_change_a_verdict_are_part_of_the_settings_key():
+    """A program judged ok at 0.05x under an 1800 s limit was reused as ok by a judge of 180 s (a timeout
+    there): limits and the re-measure rule that differ from the defaults are in the key; the defaults'
+    key is the one stores were made with."""
+    from cuda_l1.evaluate.config import EvalConfig, SandboxConfig
+
+    base = EvalConfig(device="cpu").config_key()
+    assert "limits" not in base
+    changed = [EvalConfig(device="cpu", timeout_s=1800.0), EvalConfig(device="cpu", call_timeout_s=600.0),
+               EvalConfig(device="cpu", first_call_timeout_s=30.0), EvalConfig(device="cpu", remeasure=False),
+               EvalConfig(device="cpu", sandbox=SandboxConfig(memory_bytes=64 * 2**30)),
+               EvalConfig(device="cpu", sandbox=SandboxConfig(max_processes=8))]
+    keys = {config.config_key() for config in changed}
+    assert len(keys) == len(changed) and base not in keys
+    assert "memory_bytes=68719476736" in changed[4].config_key()  # exact, not rounded
+    # What does not change a verdict stays out: the spares kept ahead, the fork server.
+    assert EvalConfig(device="cpu", spares=1, sandbox=SandboxConfig(fork_server=False)).config_key() == base
+
+
 def test_static_scan_flags_without_deciding():
     src = "import threading, ctypes\nimport torch\ntorch.matmul = None\ns = torch.cuda.Stream()\nx = y.half()\n"
     found = scan(src)

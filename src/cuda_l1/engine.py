@@ -37,6 +37,7 @@ class Judged:
     verdict: Verdict
     reused: bool  # not evaluated for this submission: its verdict was known or under way
     stored: bool  # this submission stored a verdict row (for this candidate)
+    judged: bool = True  # a worker judged it (not so where the pool closed or gave up first: nothing of the program)
 
 
 class Engine:
@@ -49,9 +50,9 @@ class Engine:
         # The device name verdicts are matched under (devices.device_key). None: the name the first verdict
         # carries (a caller that cannot name the GPUs ahead); until then nothing stored can be matched.
         self.device_key = device_key
-        # File each verdict under the device it names rather than `device_key` (the training stages,
-        # whose label may come from an earlier run's state: a resumed run on another GPU must not file
-        # its timings under the old GPU's name).
+        # File each verdict under the device it names rather than `device_key`, and look up under the
+        # device the latest verdict names (the training stages, whose pool may be a Ray cluster that
+        # names its GPUs only in its verdicts, or change between a run and its resume).
         self.file_by_verdict_device = file_by_verdict_device
         self.config_key = config_key
         self.run_id = run_id
@@ -129,8 +130,9 @@ class Engine:
             verdict, stored = result.verdict, False
             if result.judged:  # a pool that closed first says nothing of the candidate: nothing is stored
                 with self._lock:
-                    if self.device_key is None:
-                        self.device_key = verdict.device or None
+                    if self.device_key is None or (self.file_by_verdict_device and verdict.device):
+                        # (filed by the verdict's device: the device judging now is the one looked up)
+                        self.device_key = verdict.device or self.device_key
                     device = self.device_key or verdict.device
                 if self.file_by_verdict_device or not device:
                     device = verdict.device or "unknown"
@@ -143,7 +145,7 @@ class Engine:
             return
         with self._lock:
             self._in_flight.pop(key, None)
-        running.set_result((verdict, stored))
+        running.set_result((verdict, stored, result.judged))
 
     def _settle(self, done: Future, out: Future, task: Task, candidate_id: str, first: bool) -> None:
         if out.cancelled():  # the caller gave up waiting
@@ -151,10 +153,11 @@ class Engine:
         if done.exception() is not None:
             out.set_exception(done.exception())
             return
-        verdict, stored = done.result()
+        verdict, stored, by_worker = done.result()
         try:
             judged = (Judged(candidate_id, verdict, reused=False, stored=stored) if first
                       else self._reuse(task, candidate_id, verdict))
+            judged.judged = by_worker
         except BaseException as exc:  # noqa: BLE001 - a store error reaches the waiter, not a log
             out.set_exception(exc)
             return

@@ -69,13 +69,16 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
 
 def _split_blocks(text: str) -> tuple[list[_Block], str]:
     """Fenced blocks (CommonMark-style: a closing fence is the same character, at least as long)."""
-    lines = _GLUED_FENCE.sub(r"\n\1", text).split("\n")
+    lines = text.split("\n")
     blocks: list[_Block] = []
     prose: list[str] = []
     i = 0
     while i < len(lines):
         match = _OPEN_FENCE.match(lines[i])
         if not match:
+            glued = _GLUED_FENCE.search(lines[i])
+            if glued:  # (in prose only: inside a block, "```python" may be in the code's own strings)
+                lines[i:i + 1] = [lines[i][:glued.start()], lines[i][glued.start(1):]]
             prose.append(lines[i])
             i += 1
             continue

@@ -181,7 +181,26 @@ class EvalConfig:
         return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
                 f":{self.tolerance.low_precision_ulps}"
                 f"|trials={self.correctness_trials}|timing={timing}"
-                + ("|mode=eval" if self.module_mode == "eval" else ""))  # train: the keys from before the mode
+                + ("|mode=eval" if self.module_mode == "eval" else "")  # train: the keys from before the mode
+                + self._limits_key())
+
+    def _limits_key(self) -> str:
+        """The limits that can turn one program's verdict into another (ok or timeout, ok or a memory
+        failure) and the re-measure rule, where they differ from their defaults (stores made with the
+        defaults keep their keys): a verdict judged with an 1800 s limit is not one of a 180 s judge."""
+        box, defaults, box_defaults = self.sandbox, _DEFAULT_LIMITS, _DEFAULT_SANDBOX_LIMITS
+        changed = [f"{name}={getattr(self, name)!r}" for name in defaults if getattr(self, name) != defaults[name]]
+        changed += [f"{name}={getattr(box, name)!r}" for name in box_defaults if getattr(box, name) != box_defaults[name]]
+        if self.remeasure is not True:
+            changed.append("remeasure=off")
+        return f"|limits={','.join(changed)}" if changed else ""
+
+
+_LIMIT_NAMES = ("timeout_s", "load_timeout_s", "first_call_timeout_s", "call_timeout_s")
+_SANDBOX_LIMIT_NAMES = ("memory_bytes", "memory_factor", "memory_headroom_bytes", "max_processes", "max_threads",
+                        "cpu_seconds", "file_bytes", "scratch_bytes", "shm_bytes")
+_DEFAULT_LIMITS = {name: EvalConfig.__dataclass_fields__[name].default for name in _LIMIT_NAMES}
+_DEFAULT_SANDBOX_LIMITS = {name: SandboxConfig.__dataclass_fields__[name].default for name in _SANDBOX_LIMIT_NAMES}
 
 
 def check_settings(config: EvalConfig) -> None:

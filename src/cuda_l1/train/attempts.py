@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cuda_l1.contrastive import parse_completion
-from cuda_l1.engine import Engine
+from cuda_l1.engine import UNSETTLED_TRIES, Engine
+from cuda_l1.errors import RunError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import EvalPool
 from cuda_l1.evaluate.verdict import OK, PARSE_ERROR, Verdict
 from cuda_l1.store import Origin, Store
 from cuda_l1.tasks import Task
+from cuda_l1.text import encodable
 
 
 @dataclass
@@ -111,6 +113,7 @@ class Judge:
         waiting: list[tuple[Outcome, Future]] = []
         settled = 0
         for attempt in attempts:
+            attempt.text = encodable(attempt.text)  # (a lone surrogate: the store holds UTF-8 only)
             parsed = parse_completion(attempt.text)
             if not parsed.ok:
                 self._record_completion(attempt, PARSE_ERROR, parsed.error)
@@ -129,11 +132,25 @@ class Judge:
             waiting.append((outcome, future))
         if progress and settled:
             progress(settled)
-        for outcome, future in waiting:
-            judged = future.result()
-            self._settle(outcome, judged.verdict, reused=judged.reused)
-            if progress:
-                progress(1)
+        for tries in range(1, UNSETTLED_TRIES + 1):
+            again: list[tuple[Outcome, Future]] = []
+            for outcome, future in waiting:
+                judged = future.result()
+                if not judged.judged:  # the pool closed or gave up: no reward can be had, none is made up
+                    raise RunError(f"the evaluation pool answered without judging "
+                                   f"({'; '.join(judged.verdict.reasons) or judged.verdict.status})")
+                if not judged.verdict.settled and tries < UNSETTLED_TRIES:
+                    # The evaluation itself failed (its reference, the device, the evaluator): nothing
+                    # said of the program, so it is judged again, as the engine would on a later
+                    # submission; only a failure that recurs UNSETTLED_TRIES times stands (and is scored).
+                    again.append((outcome, self.engine.submit(outcome.attempt.task, outcome.candidate_id,
+                                                              outcome.code, best_known=self.best_speedup(
+                                                                  outcome.attempt.task.id))))
+                    continue
+                self._settle(outcome, judged.verdict, reused=judged.reused)
+                if progress:
+                    progress(1)
+            waiting = again
         return outcomes
 
     @staticmethod

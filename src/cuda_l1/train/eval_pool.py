@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from cuda_l1.devices import Device, parse_devices
+from cuda_l1.devices import Device, device_key, parse_devices
 from cuda_l1.errors import UserError
 from cuda_l1.evaluate.config import EvalConfig, TimingConfig
 from cuda_l1.evaluate.jobs import EvalJob, EvalPool
@@ -18,6 +18,17 @@ from cuda_l1.train.config_files import EvalSection
 
 def _devices(section: EvalSection) -> list[Device]:
     return parse_devices(section.device, section.cluster, what="[eval] device")
+
+
+def local_device_label(section: EvalSection) -> str | None:
+    """The device name this stage's verdicts will carry, where this host can tell (local GPUs of one
+    kind, or the CPU); None where it cannot (a Ray cluster's GPUs): the judge learns it from the first
+    verdict. Never an earlier run's label: resumed on another GPU, a run looked up (and scored with,
+    and showed in its prompts) the old GPU's verdicts."""
+    if section.cluster != "local":
+        return None
+    names = {device_key(d) for d in _devices(section)}
+    return names.pop() if len(names) == 1 else None
 
 
 def eval_config(section: EvalSection, rewards_relative: bool = False) -> EvalConfig:

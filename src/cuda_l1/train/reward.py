@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cuda_l1.errors import UserError
+from cuda_l1.errors import RunError, UserError
 from cuda_l1.evaluate.verdict import ALL_STATUSES, OK, REJECTED
 from cuda_l1.settings import setting
 from cuda_l1.train.attempts import Attempt, Judge, rates
@@ -128,16 +128,25 @@ class EvaluatorReward:
                   "prompt_id": prompt_id[i] if prompt_id is not None else None,
                   "exemplar_ids": exemplar_ids[i] if exemplar_ids is not None else []} for i in range(count)]
         per_rank = self.collective.all_gather(local)
-        payload = None
+        payload, failure = None, None
         if self.collective.is_main:
-            rewards, stats = self._score([item for rank_items in per_rank for item in rank_items])
-            # The optimizer step these completions train (TRL logs their metrics, and TensorBoard
-            # files them, under the step number after the update: 1 for the first).
-            step = getattr(trainer_state, "global_step", self.calls) + 1
-            if self.metrics is not None:
-                self.metrics.log(step, {k: v for k, v in stats.items()}, prefix="cuda_l1/")
-            payload = (rewards, stats)
-        rewards, stats = self.collective.broadcast(payload)
+            try:
+                rewards, stats = self._score([item for rank_items in per_rank for item in rank_items])
+            except Exception as exc:  # noqa: BLE001 - every rank stops with it, none waits in the broadcast
+                failure, payload = exc, ("failed", f"{type(exc).__name__}: {exc}")
+            else:
+                # The optimizer step these completions train (TRL logs their metrics, and TensorBoard
+                # files them, under the step number after the update: 1 for the first).
+                step = getattr(trainer_state, "global_step", self.calls) + 1
+                if self.metrics is not None:
+                    self.metrics.log(step, {k: v for k, v in stats.items()}, prefix="cuda_l1/")
+                payload = (rewards, stats)
+        payload = self.collective.broadcast(payload)
+        if failure is not None:
+            raise failure
+        if payload[0] == "failed":
+            raise RunError(f"rank 0 could not judge this step's completions ({payload[1]})")
+        rewards, stats = payload
         self.calls += 1
         if log_metric is not None:  # averaged over ranks by TRL; every rank logs the same values
             for key, value in sorted(stats.items()):

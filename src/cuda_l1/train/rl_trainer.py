@@ -114,7 +114,7 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
     from datasets import Dataset
 
     from cuda_l1.store import Store
-    from cuda_l1.train.eval_pool import open_pool
+    from cuda_l1.train.eval_pool import local_device_label, open_pool
     from cuda_l1.train.outputs import prepare_output, store_path
     from cuda_l1.train.task_selection import register_tasks, select_tasks
 
@@ -139,7 +139,7 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
             pool, eval_cfg = open_pool(config.eval, rewards_relative=True)  # GRPO: advantages within a group
             run_id = store.start_run(RUN_NAME, {"output_dir": str(out.resolve()), "model": path,
                                                 "resume": config.resume_from_checkpoint})
-            judge = Judge(store, pool, eval_cfg, run_id, device_label=state.get("device_label"))
+            judge = Judge(store, pool, eval_cfg, run_id, device_label=local_device_label(config.eval))
             seeded = seed_store(judge, tasks, config.seed_strategies, eval_cfg.device, console)
             state["device_label"] = judge.device_label
             state_path.write_text(json.dumps(state, indent=2))
@@ -150,8 +150,8 @@ def run_rl(config: RLStageConfig, console: Console | None = None, collective: Co
         reward = EvaluatorReward(judge, by_id, config.reward, collective, model_name=path, metrics=metrics)
 
         def prompt_hook(inputs: list[dict], step: int) -> list[dict]:
-            if builder is not None and builder.device is None:
-                builder.device = judge.device_label  # learnt from the first verdict when nothing was seeded
+            if builder is not None and judge.device_label is not None:
+                builder.device = judge.device_label  # learnt from the first verdict, or the device judging now
             return share_prompts(collective, builder, inputs, step)
 
         trainer = contrastive_trainer_class()(

@@ -29,7 +29,7 @@ from cuda_l1.tasks import Task, find_task
 from cuda_l1.train.attempts import Attempt, Judge, rates
 from cuda_l1.train.config_files import to_dict
 from cuda_l1.train.dataset import append_jsonl, make_row, read_jsonl
-from cuda_l1.train.eval_pool import open_pool
+from cuda_l1.train.eval_pool import local_device_label, open_pool
 from cuda_l1.train.generation import make_generator
 from cuda_l1.train.launch import SELF_IMPROVE_DRIVER, require_single_process
 from cuda_l1.train.metrics import MetricsLog
@@ -40,6 +40,7 @@ from cuda_l1.train.steering import read_answers
 from cuda_l1.train.sft_config import SFTStageConfig
 from cuda_l1.train.sft_trainer import finetune
 from cuda_l1.train.task_selection import register_tasks, select_tasks
+from cuda_l1.text import has_surrogate
 
 RUN_NAME = "train-self-improve"
 
@@ -50,6 +51,9 @@ def read_extra_completions(path: str, tasks: list[Task]) -> list[tuple[Task, str
     for number, row in enumerate(read_jsonl(path), start=1):
         if not isinstance(row, dict) or not isinstance(row.get("task"), str) or not isinstance(row.get("text"), str):
             raise UserError('each line needs "task" (a task id, name or key) and "text" (an answer).',
+                            path=path, line=number)
+        if has_surrogate(row["text"]):  # (not UTF-8: the store could not hold it, and the round's samples were lost)
+            raise UserError('"text" holds a lone surrogate (\\ud800-\\udfff escape): not UTF-8 text.',
                             path=path, line=number)
         try:
             task = find_task(tasks, row["task"])
@@ -88,7 +92,7 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     model_path = state.get("model") or check_model_path(config.model)
     done_rounds = int(state.get("completed_rounds", 0))
-    device_label = state.get("device_label")  # verdict device name: lets later rounds reuse verdicts
+    device_label = local_device_label(config.eval)  # verdict device name: lets later rounds reuse verdicts
     tasks = select_tasks(config.tasks, config.eval)
     extra = read_extra_completions(config.generation.extra_completions_file, tasks) \
         if config.generation.extra_completions_file else []
