@@ -265,6 +265,7 @@ class Side:
         import torch
 
         from cuda_l1.evaluate.inputs import double_model, to_double
+        from cuda_l1.evaluate.oracle_run import forward_in_float64
 
         errors = []
         for device in ([self.device, "cpu"] if self.device != "cpu" else ["cpu"]):
@@ -273,7 +274,7 @@ class Side:
                     self.oracle_model = (device, double_model(self.model, device))
                 with torch.no_grad(), (memory() if device.startswith("cuda") else contextlib.nullcontext()):
                     args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
-                    out = self.oracle_model[1](*args)
+                    out = forward_in_float64(self.oracle_model[1], args)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 return out
