@@ -290,6 +290,8 @@ def test_glued_indented_crlf_and_bare_code():
     # Inside a block a fence in the code's own string is code: un-gluing it broke the literal in two.
     quoting = MODULE_V1 + 'HINT = "see:```python"\n'
     assert parse_completion(f"Here it is:\n```python\n{quoting}```\n").code == quoting
+    # A block closed and the next opened on one line: the second block is the answer.
+    assert parse_completion(f"First:\n```python\n{MODULE_V1}``` ```python\n{MODULE_V2}```\n").code == MODULE_V2
 
 
 def test_reasoning_sections():

@@ -417,6 +417,8 @@ def test_limits_that_can_change_a_verdict_are_part_of_the_settings_key():
     keys = {config.config_key() for config in changed}
     assert len(keys) == len(changed) and base not in keys
     assert "memory_bytes=68719476736" in changed[4].config_key()  # exact, not rounded
+    assert EvalConfig(device="cpu", timeout_s=1800).config_key() == changed[0].config_key()  # int or float: one key
+    assert EvalConfig(device="cpu", sandbox=SandboxConfig(seccomp=False)).config_key() != base
     # What does not change a verdict stays out: the spares kept ahead, the fork server.
     assert EvalConfig(device="cpu", spares=1, sandbox=SandboxConfig(fork_server=False)).config_key() == base
 
@@ -434,7 +436,8 @@ def test_static_scan_flags_without_deciding():
     assert scan("mask = m.to(torch.int8)\n") == {}
     # A reference's own words are no finding: identical code was marked "output caching" for "memory-bound".
     assert scan('"""A memory-bound elementwise task."""\n') == {}
-    assert "output caching" in scan("self.memo = {}\n") and "output caching" in scan("@memoize\ndef f(): pass\n")
+    for cached in ("self.memo = {}\n", "@memoize\ndef f(): pass\n", "self._memo = {}\n", "out_memo[k] = y\n"):
+        assert "output caching" in scan(cached), cached
 
 
 def test_environment_is_scrubbed(monkeypatch, tmp_path):

@@ -61,6 +61,8 @@ def make_project(root: Path) -> Path:
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="Landlock is not available: file confinement is not enforced")
 def test_a_candidate_imports_a_pythonpath_package_but_cannot_read_the_project_around_it(tmp_path):
+    if any(str(tmp_path).startswith(root + "/") for root in (sys.prefix, "/usr", "/opt")):
+        pytest.skip("the temporary directory lies below a Python prefix, whose entries a side reads whole")
     project = make_project(tmp_path)
     (tmp_path / "ref.py").write_text(REFERENCE)
     (tmp_path / "cand.py").write_text(CANDIDATE.format(env=str(project / ".env"), project=str(project)))
@@ -79,9 +81,13 @@ def test_only_packages_modules_and_metadata_of_an_entry_outside_the_prefixes_are
     project = make_project(tmp_path)
     (project / "tool.py").write_text("")
     (project / "projpkg-1.0.dist-info").mkdir()
+    (project / "ns" / "sub").mkdir(parents=True)  # a namespace package two levels deep, no __init__.py
+    (project / "ns" / "sub" / "mod.py").write_text("")
+    (project / "libhelper.so.1").write_text("")  # a versioned library beside the modules
     monkeypatch.setattr(sys, "path", [str(project), *sys.path])
     parts = set(import_path_parts(["/usr"]))
-    assert {str(project / "projpkg"), str(project / "tool.py"), str(project / "projpkg-1.0.dist-info")} <= parts
+    assert {str(project / "projpkg"), str(project / "tool.py"), str(project / "projpkg-1.0.dist-info"),
+            str(project / "ns"), str(project / "libhelper.so.1")} <= parts
     assert not {str(project), str(project / ".env"), str(project / "notes")} & parts
     monkeypatch.setattr(sys, "path", [str(project)])
     assert import_path_parts([str(tmp_path)]) == [str(project)]  # below a trusted root: whole

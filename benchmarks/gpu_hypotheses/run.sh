@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Each hypothesis of README.md judged once on a GPU, its verdict as one JSON line under OUT:
-#   bash benchmarks/gpu_hypotheses/run.sh OUT [CASE ...]      (CASE: h1a h1b h2 h3 h4 h5 h1c; default all but h1c)
+#   bash benchmarks/gpu_hypotheses/run.sh OUT [CASE ...]      (CASE: h3c h3 h1a h1b h2 h4 h5 h1c; default all but h1c)
 # Run from the repository root with the package importable (pip install -e . or PYTHONPATH=src).
 set -u
 out="${1:?usage: run.sh OUT [CASE ...]}"
@@ -17,6 +17,10 @@ declare -A file=([h1a]=h1a_copy_delay_line [h1b]=h1b_semaphore_blocked [h1c]=h1c
                  [h4]=h4_handle_alias_input_view [h5]=h5_batch_window_strong)
 mkdir -p "$out"
 for name in "${cases[@]}"; do
+  if [ -z "${file[$name]:-}" ]; then
+    echo "$name: no such case (h3c h3 h1a h1b h2 h4 h5 h1c)" | tee -a "$out/summary.txt"
+    continue
+  fi
   start=$(date +%s)
   timeout -k 20 "${CASE_S:-240}" "${PYTHON:-python3}" -m cuda_l1 eval "${task[$name]}" "$here/${file[$name]}.py" \
     --device cuda --json > "$out/$name.json" 2> "$out/$name.err"

@@ -23,6 +23,7 @@ _THINK_OPEN = re.compile(r"<think(?:ing)?>", re.I)
 _OPEN_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
 # "Here is the code:```python" — an opening fence glued to prose; give it its own line.
 _GLUED_FENCE = re.compile(r"(?<=\S)[ \t]*(```(?:python|py)\b)", re.I)
+_CLOSE_THEN_OPEN = re.compile(r"^(?P<close>[ \t]*(?:`{3,}|~{3,}))[ \t]*(?P<open>```(?:python|py)\b.*)$", re.I)
 _CLASS_TEXT = re.compile(rf"^\s*class\s+{TARGET}\b", re.M)
 
 
@@ -88,6 +89,10 @@ def _split_blocks(text: str) -> tuple[list[_Block], str]:
         body: list[str] = []
         j = i + 1
         while j < len(lines) and not closing.match(lines[j]):
+            reopened = _CLOSE_THEN_OPEN.match(lines[j])
+            if reopened and closing.match(reopened.group("close")):  # "``` ```python": a block ends, the next starts
+                lines[j:j + 1] = [reopened.group("close"), reopened.group("open")]
+                break
             body.append(lines[j])
             j += 1
         code = "\n".join(body)

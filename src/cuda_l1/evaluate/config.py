@@ -189,18 +189,31 @@ class EvalConfig:
         failure) and the re-measure rule, where they differ from their defaults (stores made with the
         defaults keep their keys): a verdict judged with an 1800 s limit is not one of a 180 s judge."""
         box, defaults, box_defaults = self.sandbox, _DEFAULT_LIMITS, _DEFAULT_SANDBOX_LIMITS
-        changed = [f"{name}={getattr(self, name)!r}" for name in defaults if getattr(self, name) != defaults[name]]
-        changed += [f"{name}={getattr(box, name)!r}" for name in box_defaults if getattr(box, name) != box_defaults[name]]
+        changed = [f"{name}={_key_value(getattr(self, name), defaults[name])}" for name in defaults
+                   if getattr(self, name) != defaults[name]]
+        changed += [f"{name}={_key_value(getattr(box, name), box_defaults[name])}" for name in box_defaults
+                    if getattr(box, name) != box_defaults[name]]
         if self.remeasure is not True:
             changed.append("remeasure=off")
         return f"|limits={','.join(changed)}" if changed else ""
 
 
 _LIMIT_NAMES = ("timeout_s", "load_timeout_s", "first_call_timeout_s", "call_timeout_s")
+# (the confinement layers too: a program refused a system call under seccomp may pass without it)
 _SANDBOX_LIMIT_NAMES = ("memory_bytes", "memory_factor", "memory_headroom_bytes", "max_processes", "max_threads",
-                        "cpu_seconds", "file_bytes", "scratch_bytes", "shm_bytes")
+                        "cpu_seconds", "file_bytes", "scratch_bytes", "shm_bytes", "open_files", "namespaces",
+                        "landlock", "seccomp", "drop_identity", "cgroup")
 _DEFAULT_LIMITS = {name: EvalConfig.__dataclass_fields__[name].default for name in _LIMIT_NAMES}
 _DEFAULT_SANDBOX_LIMITS = {name: SandboxConfig.__dataclass_fields__[name].default for name in _SANDBOX_LIMIT_NAMES}
+
+
+def _key_value(value, default) -> str:
+    """A setting in the settings key, in its default's type: 1800 and 1800.0 are one setting."""
+    kind = type(default)
+    try:
+        return repr(kind(value)) if kind in (int, float, bool) else repr(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def check_settings(config: EvalConfig) -> None:

@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import re
 import struct
 import sys
 
@@ -161,7 +162,7 @@ def default_read_paths(extra: list[str]) -> list[str]:
         except KeyError:
             pass
     try:
-        paths += site.getsitepackages()
+        paths += site.getsitepackages() + [site.getusersitepackages()]  # (pip install --user's too)
     except AttributeError:
         pass
     paths += import_path_parts(paths)
@@ -203,7 +204,7 @@ def import_path_parts(roots: list[str]) -> list[str]:
             if os.path.isdir(path):
                 if name.endswith(_METADATA_SUFFIXES) or (name.isidentifier() and _holds_modules(path)):
                     parts.append(path)
-            elif name.endswith(_MODULE_SUFFIXES):
+            elif _is_module_file(name):
                 parts.append(path)
     return parts
 
@@ -214,17 +215,25 @@ def import_path_dirs() -> list[str]:
     return [p for p in sys.path if p and os.path.isdir(p)]
 
 
-_MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pth")
+_MODULE_FILE = re.compile(r"\.(py|pyc|pth)$|\.so(\.\d+)*$")  # (a library beside the modules: libfoo.so.1)
 _METADATA_SUFFIXES = (".dist-info", ".egg-info", ".libs", ".data")
 
 
-def _holds_modules(path: str) -> bool:
-    """A package (or namespace package) directory: modules in it, or packages one level down."""
+def _is_module_file(name: str) -> bool:
+    return bool(_MODULE_FILE.search(name))
+
+
+def _holds_modules(path: str, depth: int = 0) -> bool:
+    """A package or namespace package directory: modules in it, or in its identifier-named
+    subdirectories a few levels down (`ns/sub/mod.py` of a namespace package without __init__.py)."""
     try:
         names = os.listdir(path)
     except OSError:
         return False
-    return any(n.endswith(_MODULE_SUFFIXES) or os.path.isfile(os.path.join(path, n, "__init__.py")) for n in names)
+    if any(_is_module_file(n) for n in names):
+        return True
+    return depth < 3 and any(n.isidentifier() and _holds_modules(os.path.join(path, n), depth + 1) for n in names
+                             if os.path.isdir(os.path.join(path, n)))
 
 
 # Device nodes a side may open: the harmless character devices, its private /dev/shm, and the GPU's.

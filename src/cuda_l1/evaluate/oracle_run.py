@@ -7,12 +7,13 @@ dtypes, and every check of the task fell back to KernelBench's 1e-2 tolerance: a
 its 8 steps in 8 scored 4.1-4.4x, and one in bfloat16 1.6x. So the forward runs with float64 as the
 default dtype (factory functions follow it); and where it still raises (an explicit `.float()`, a
 `dtype=torch.float32`), once more with every floating-point tensor and dtype an operation takes or gives
-widened to float64 (`WidenToFloat64`).
+widened to float64 (`WidenToFloat64`); other failures (no float64 kernel, out of memory) are not retried.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -55,9 +56,17 @@ def forward_in_float64(model, args: list):
     with default_dtype(torch.float64):
         try:
             return model(*args)
-        except Exception as first:  # noqa: BLE001 - mixed dtypes the forward made itself, most often
+        except (RuntimeError, TypeError) as first:
+            if isinstance(first, torch.OutOfMemoryError) or not _DTYPE_ERROR.search(str(first)):
+                raise  # (no float64 kernel, out of memory: a second, slower run would fail the same way)
             try:
                 with WidenToFloat64():
                     return model(*args)
-            except Exception:  # noqa: BLE001 - not a dtype matter: the first error says what
+            except Exception:  # noqa: BLE001 - the first error says what went wrong
                 raise first from None
+
+
+# How PyTorch words a mix of dtypes ("expected scalar type Double but found Float", "mat1 and mat2 must
+# have the same dtype", "Input type (double) and bias type (float) should be the same", ...).
+_DTYPE_ERROR = re.compile(r"dtype|scalar type|type \(|same type|Double|Float|Half|BFloat16|should be the same",
+                          re.I)

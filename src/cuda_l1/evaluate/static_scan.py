@@ -26,7 +26,7 @@ _PATTERNS: dict[str, list[str]] = {
                             r"\bq(u)?int8\b", r"quantize_(per|dynamic)", r"torch\.ops\.quantized", r"\btorch\.ao\b",
                             r"_int_mm\b", r"_scaled_mm\b", r"float8_", r"__nv_fp8", r"__dp4a\b"],
     "output caching": [r"data_ptr\(\)", r"lru_cache", r"functools\.cache\b", r"_cache\s*=\s*\{\}",
-                       r"cached_output", r"\bmemo(?!ry)"],
+                       r"cached_output", r"memo(?!ry)"],
 }
 
 _GUARDED_MODULES = {"torch", "time", "builtins", "os", "threading", "F", "nn", "random", "numpy", "np"}

@@ -132,15 +132,14 @@ class EvaluatorReward:
         if self.collective.is_main:
             try:
                 rewards, stats = self._score([item for rank_items in per_rank for item in rank_items])
-            except Exception as exc:  # noqa: BLE001 - every rank stops with it, none waits in the broadcast
-                failure, payload = exc, ("failed", f"{type(exc).__name__}: {exc}")
-            else:
                 # The optimizer step these completions train (TRL logs their metrics, and TensorBoard
                 # files them, under the step number after the update: 1 for the first).
                 step = getattr(trainer_state, "global_step", self.calls) + 1
                 if self.metrics is not None:
                     self.metrics.log(step, {k: v for k, v in stats.items()}, prefix="cuda_l1/")
                 payload = (rewards, stats)
+            except Exception as exc:  # noqa: BLE001 - every rank stops with it, none waits in the broadcast
+                failure, payload = exc, ("failed", f"{type(exc).__name__}: {exc}")
         payload = self.collective.broadcast(payload)
         if failure is not None:
             raise failure

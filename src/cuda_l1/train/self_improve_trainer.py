@@ -92,7 +92,7 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     model_path = state.get("model") or check_model_path(config.model)
     done_rounds = int(state.get("completed_rounds", 0))
-    device_label = local_device_label(config.eval)  # verdict device name: lets later rounds reuse verdicts
+    device_label = None  # verdict device name, named once sampling is done (local GPUs: CUDA starts then)
     tasks = select_tasks(config.tasks, config.eval)
     extra = read_extra_completions(config.generation.extra_completions_file, tasks) \
         if config.generation.extra_completions_file else []
@@ -137,6 +137,7 @@ def run_self_improve(config: SelfImproveConfig, console: Console | None = None) 
                     attempts += [Attempt(t, text, by_task[t.id][1], model="extra-completions", origin_kind="import")
                                  for t, text in extra]
                     bar = progress.add_task(f"round {number}: evaluating", total=len(attempts))
+                    device_label = device_label or local_device_label(config.eval)
                     judge = Judge(store, pool, eval_cfg, run_id, device_label)
                     outcomes = judge.judge(attempts, lambda k: progress.advance(bar, k))
                 rows = [make_row(by_task[o.attempt.task.id][0], o, "full", round=number) for o in outcomes if o.ok]
