@@ -55,6 +55,17 @@ class ExplicitFloat32(nn.Module):
         return self.linear(x) @ mix + torch.arange(8).float()
 
 
+def correctness_verdicts(task: Task, sources: list[str]) -> list:
+    """The verdicts of `sources` on `task`, correctness only, on the CPU."""
+    timing = TimingConfig.quick()
+    timing.enabled = False
+    evaluator = Evaluator(task, EvalConfig(device="cpu", timing=timing, correctness_trials=2))
+    try:
+        return [evaluator.evaluate(source) for source in sources]
+    finally:
+        evaluator.close()
+
+
 @pytest.mark.parametrize("model", [ExplicitFloat32(), None])
 def test_the_oracle_is_float64_where_the_forward_makes_float32_tensors(model):
     if model is None:
@@ -83,15 +94,8 @@ def test_a_forward_that_fails_for_another_reason_reports_its_own_error():
 
 
 def test_an_lstm_that_skips_most_of_its_steps_is_incorrect_not_passed_at_a_loose_tolerance():
-    timing = TimingConfig.quick()
-    timing.enabled = False
-    evaluator = Evaluator(Task(name="1_LSTMZeros", level=3, source=LSTM_TASK),
-                          EvalConfig(device="cpu", timing=timing, correctness_trials=2))
-    try:
-        same = evaluator.evaluate(LSTM_TASK.replace("class Model(", "class ModelNew("))
-        truncated = evaluator.evaluate(TRUNCATED)
-    finally:
-        evaluator.close()
+    same, truncated = correctness_verdicts(Task(name="1_LSTMZeros", level=3, source=LSTM_TASK),
+                                           [LSTM_TASK.replace("class Model(", "class ModelNew("), TRUNCATED])
     assert same.status == "ok", same.reasons
     correctness = same.check("correctness").detail
     assert "no float64 oracle" not in correctness and "against float64" in correctness
@@ -121,14 +125,8 @@ def get_init_inputs():
 
 def test_a_reference_without_a_float64_run_is_said_to_be_held_to_kernelbench_tolerance_only():
     """The correctness detail said "in full against float64" when nothing had been compared with float64."""
-    timing = TimingConfig.quick()
-    timing.enabled = False
-    evaluator = Evaluator(Task(name="1_Float32Only", level=1, source=FLOAT32_ONLY),
-                          EvalConfig(device="cpu", timing=timing, correctness_trials=2))
-    try:
-        verdict = evaluator.evaluate(FLOAT32_ONLY.replace("class Model(", "class ModelNew("))
-    finally:
-        evaluator.close()
+    [verdict] = correctness_verdicts(Task(name="1_Float32Only", level=1, source=FLOAT32_ONLY),
+                                     [FLOAT32_ONLY.replace("class Model(", "class ModelNew(")])
     assert verdict.status == "ok", verdict.reasons
     oracle = verdict.check("float64_oracle")
     assert oracle is not None and oracle.passed is False and not oracle.blocking
