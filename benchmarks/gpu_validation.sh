@@ -33,6 +33,8 @@
 #   ring-cost   what a per-call doorbell would cost on the GPU (gpu_ring_cost.py, every mode: the child synchronising
 #               and ringing after each call, the parent copying the next slot and reading a few output
 #               positions from its own context), a launch-bound, a mid-size and a large tanh, and a matmul
+#   hypotheses  the GPU-path hypotheses of benchmarks/gpu_hypotheses/README.md, a verdict each (HYPOTHESES: some of
+#               h3c h3 h1a h1b h2 h4 h5 h1c; default all but h1c), under OUT/hypotheses
 #   copy-jitter how much a 6 GiB copy and ReLU vary on the GPU alone, one process, host clock and events, with the
 #               source fixed, drawn again or allocated anew (gpu_copy_jitter.py; COPY_GIB, default 6)
 #   kb-tasks    `cuda-l1 bench` of a few KernelBench tasks (KB_TASKS, paths under KernelBench/, default
@@ -185,6 +187,8 @@ for s in "${steps[@]}"; do
         --numel 1024 262144 16777216 --out '$out/ring-cost-tanh.json' && $py benchmarks/gpu_ring_cost.py \
         --op matmul --numel 65536 1048576 --out '$out/ring-cost-matmul.json'" ;;
     sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;
+    hypotheses) step hypotheses "${HYPOTHESES_S:-600}" bash benchmarks/gpu_hypotheses/run.sh "$out/hypotheses" \
+        ${HYPOTHESES:-} ;;
     main-job) step main-job "${MAIN_JOB_S:-540}" bash -c \
         "time $py -m cuda_l1 optimize builtin --out /tmp/runs-builtin ${MAIN_JOB_ARGS:-}; cp /tmp/runs-builtin/*.json /tmp/runs-builtin/*.md '$out/' 2>/dev/null; true" ;;
     ablations) export -f ablations; export out py
