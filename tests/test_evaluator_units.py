@@ -419,6 +419,12 @@ def test_limits_that_can_change_a_verdict_are_part_of_the_settings_key():
     assert "memory_bytes=68719476736" in changed[4].config_key()  # exact, not rounded
     assert EvalConfig(device="cpu", timeout_s=1800).config_key() == changed[0].config_key()  # int or float: one key
     assert EvalConfig(device="cpu", sandbox=SandboxConfig(seccomp=False)).config_key() != base
+    from cuda_l1.evaluate.config import TimingConfig, ToleranceConfig
+
+    assert EvalConfig(device="cpu", tolerance=ToleranceConfig(error_factor=10)).config_key() == base
+    assert EvalConfig(device="cpu", tolerance=ToleranceConfig(kernelbench_atol=0.5)).config_key() != base
+    weaker = EvalConfig(device="cpu", timing=TimingConfig(checked_calls=1))
+    assert weaker.config_key() != EvalConfig(device="cpu", timing=TimingConfig()).config_key()
     # What does not change a verdict stays out: the spares kept ahead, the fork server.
     assert EvalConfig(device="cpu", spares=1, sandbox=SandboxConfig(fork_server=False)).config_key() == base
 

@@ -81,13 +81,22 @@ def test_only_packages_modules_and_metadata_of_an_entry_outside_the_prefixes_are
     project = make_project(tmp_path)
     (project / "tool.py").write_text("")
     (project / "projpkg-1.0.dist-info").mkdir()
-    (project / "ns" / "sub").mkdir(parents=True)  # a namespace package two levels deep, no __init__.py
-    (project / "ns" / "sub" / "mod.py").write_text("")
+    (project / "ns" / "sub").mkdir(parents=True)  # a namespace package holding a package
+    (project / "ns" / "sub" / "__init__.py").write_text("")
     (project / "libhelper.so.1").write_text("")  # a versioned library beside the modules
+    (project / "data" / "a" / "b").mkdir(parents=True)  # one module deep down does not make a package
+    (project / "data" / "a" / "b" / "z.py").write_text("")
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "helper.py").write_text("")
+    (project / "linked").symlink_to(outside / "deep")  # links out of the entry grant nothing
+    (project / "settings.py").symlink_to(tmp_path / "outside" / "deep" / "helper.py")
+    (project / "notes.pth").write_text("")
     monkeypatch.setattr(sys, "path", [str(project), *sys.path])
     parts = set(import_path_parts(["/usr"]))
     assert {str(project / "projpkg"), str(project / "tool.py"), str(project / "projpkg-1.0.dist-info"),
             str(project / "ns"), str(project / "libhelper.so.1")} <= parts
-    assert not {str(project), str(project / ".env"), str(project / "notes")} & parts
+    assert not {str(project), str(project / ".env"), str(project / "notes"), str(project / "data"),
+                str(project / "linked"), str(project / "settings.py"), str(project / "notes.pth")} & parts
     monkeypatch.setattr(sys, "path", [str(project)])
     assert import_path_parts([str(tmp_path)]) == [str(project)]  # below a trusted root: whole

@@ -178,8 +178,8 @@ class EvalConfig:
         timing = ("off" if not tc.enabled else
                   f"{tc.window_s:g}/{tc.min_rounds}-{tc.max_rounds}/{tc.target_width:g}/{tc.max_time_s:g}"
                   f"/decide={decide}/oracle={tc.oracle_rate:g}" + settle)
-        return (f"tol={self.tolerance.mode}:{self.tolerance.error_factor}:{self.tolerance.floor_eps}"
-                f":{self.tolerance.low_precision_ulps}"
+        tol = self.tolerance  # (as floats: an error_factor of 10 is the default's 10.0)
+        return (f"tol={tol.mode}:{float(tol.error_factor)}:{float(tol.floor_eps)}:{float(tol.low_precision_ulps)}"
                 f"|trials={self.correctness_trials}|timing={timing}"
                 + ("|mode=eval" if self.module_mode == "eval" else "")  # train: the keys from before the mode
                 + self._limits_key())
@@ -188,11 +188,10 @@ class EvalConfig:
         """The limits that can turn one program's verdict into another (ok or timeout, ok or a memory
         failure) and the re-measure rule, where they differ from their defaults (stores made with the
         defaults keep their keys): a verdict judged with an 1800 s limit is not one of a 180 s judge."""
-        box, defaults, box_defaults = self.sandbox, _DEFAULT_LIMITS, _DEFAULT_SANDBOX_LIMITS
-        changed = [f"{name}={_key_value(getattr(self, name), defaults[name])}" for name in defaults
-                   if getattr(self, name) != defaults[name]]
-        changed += [f"{name}={_key_value(getattr(box, name), box_defaults[name])}" for name in box_defaults
-                    if getattr(box, name) != box_defaults[name]]
+        changed = [f"{name}={_key_value(getattr(part, name), default)}"
+                   for part, defaults in ((self, _DEFAULT_LIMITS), (self.sandbox, _DEFAULT_SANDBOX_LIMITS),
+                                          (self.tolerance, _DEFAULT_TOLERANCE_LIMITS), (self.timing, _DEFAULT_CHECKS))
+                   for name, default in defaults.items() if getattr(part, name) != default]
         if self.remeasure is not True:
             changed.append("remeasure=off")
         return f"|limits={','.join(changed)}" if changed else ""
@@ -205,13 +204,19 @@ _SANDBOX_LIMIT_NAMES = ("memory_bytes", "memory_factor", "memory_headroom_bytes"
                         "landlock", "seccomp", "drop_identity", "cgroup")
 _DEFAULT_LIMITS = {name: EvalConfig.__dataclass_fields__[name].default for name in _LIMIT_NAMES}
 _DEFAULT_SANDBOX_LIMITS = {name: SandboxConfig.__dataclass_fields__[name].default for name in _SANDBOX_LIMIT_NAMES}
+# (KernelBench's tolerance decides in its mode and where a task has no float64 oracle; the checks' counts
+# decide how much of each round is compared)
+_DEFAULT_TOLERANCE_LIMITS = {name: ToleranceConfig.__dataclass_fields__[name].default
+                             for name in ("kernelbench_atol", "kernelbench_rtol")}
+_DEFAULT_CHECKS = {name: TimingConfig.__dataclass_fields__[name].default
+                   for name in ("checked_calls", "spot_checks", "full_check_rate")}
 
 
 def _key_value(value, default) -> str:
     """A setting in the settings key, in its default's type: 1800 and 1800.0 are one setting."""
-    kind = type(default)
+    kind = float if type(default) is int and type(value) is float and not value.is_integer() else type(default)
     try:
-        return repr(kind(value)) if kind in (int, float, bool) else repr(value)
+        return repr(kind(value)) if kind in (int, float, bool) and type(value) is not str else repr(value)
     except (TypeError, ValueError):
         return repr(value)
 

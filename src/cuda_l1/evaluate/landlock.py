@@ -199,8 +199,8 @@ def import_path_parts(roots: list[str]) -> list[str]:
             continue
         for name in names:
             path = os.path.join(entry, name)
-            if name.startswith("."):
-                continue
+            if name.startswith(".") or os.path.dirname(os.path.realpath(path)) != real:
+                continue  # (a link out of the entry: its rule would grant the target, wherever it lies)
             if os.path.isdir(path):
                 if name.endswith(_METADATA_SUFFIXES) or (name.isidentifier() and _holds_modules(path)):
                     parts.append(path)
@@ -215,7 +215,8 @@ def import_path_dirs() -> list[str]:
     return [p for p in sys.path if p and os.path.isdir(p)]
 
 
-_MODULE_FILE = re.compile(r"\.(py|pyc|pth)$|\.so(\.\d+)*$")  # (a library beside the modules: libfoo.so.1)
+# (no .pth: Python reads those in site directories only; a library beside the modules: libfoo.so.1)
+_MODULE_FILE = re.compile(r"\.(py|pyc)$|\.so(\.\d+)*$")
 _METADATA_SUFFIXES = (".dist-info", ".egg-info", ".libs", ".data")
 
 
@@ -223,17 +224,14 @@ def _is_module_file(name: str) -> bool:
     return bool(_MODULE_FILE.search(name))
 
 
-def _holds_modules(path: str, depth: int = 0) -> bool:
-    """A package or namespace package directory: modules in it, or in its identifier-named
-    subdirectories a few levels down (`ns/sub/mod.py` of a namespace package without __init__.py)."""
+def _holds_modules(path: str) -> bool:
+    """A package or namespace package directory: modules in it, or packages (`__init__.py`) one level
+    down. Not deeper: a `data/` directory with one module three levels down was granted whole."""
     try:
         names = os.listdir(path)
     except OSError:
         return False
-    if any(_is_module_file(n) for n in names):
-        return True
-    return depth < 3 and any(n.isidentifier() and _holds_modules(os.path.join(path, n), depth + 1) for n in names
-                             if os.path.isdir(os.path.join(path, n)))
+    return any(_is_module_file(n) or os.path.isfile(os.path.join(path, n, "__init__.py")) for n in names)
 
 
 # Device nodes a side may open: the harmless character devices, its private /dev/shm, and the GPU's.
