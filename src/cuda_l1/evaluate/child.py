@@ -80,6 +80,7 @@ class Side:
         self.mapping = None
         self.describer = Describer()  # where the outputs of a window's calls are (describe.py)
         self.reader = None  # the reference side's reader of candidate memory (CUDA)
+        self.input_base = 0  # where this side maps its input buffer (CUDA)
         self.bell: SideBell | None = None  # CPU: the per-call doorbell (doorbell.py)
 
     def send(self, message) -> None:
@@ -164,6 +165,7 @@ class Side:
 
                 base = cudadrv.open_handle(self.device, msg.handle)
                 buffer = cudadrv.tensor_at(self.device, base, msg.nbytes)
+                self.input_base = base  # the reference side's verifier refuses outputs in it (allocations.py)
             else:
                 # A private copy-on-write mapping of a read-only descriptor: writes stay in this process
                 # (the parent reads the mapping back after every window to see whether any happened).

@@ -90,14 +90,15 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
 
 
 def on_reference(env, checked: list[tuple], bounds: list, rng, config: EvalConfig,
-                 time_left: Callable[[], float], spent: dict | None = None) -> list[list[LeafVerdict]]:
+                 time_left: Callable[[], float], spent: dict | None = None, input_handle: str = "") -> list[list[LeafVerdict]]:
     """CUDA: per checked call (index, candidate's call, mode), one verdict per output, compared by the
-    reference's side in one request for all of them. `spent` gathers where the time went."""
+    reference's side in one request for all of them. `spent` gathers where the time went; `input_handle`
+    names the candidate's input buffer, which the reference's side refuses outputs in by its memory."""
     ref = env.ref
     wire_bounds = [-1.0 if b is None else b for b in bounds]
     calls = [CallToVerify(index, index, mode, wire_bounds, rng.randrange(1 << 62), cand_call.leaves)
              for index, cand_call, mode in checked]
-    request = Verify(calls, config.timing.spot_checks, dataclasses.asdict(config.tolerance))
+    request = Verify(calls, config.timing.spot_checks, dataclasses.asdict(config.tolerance), input_handle)
     reply = _ask_reference(ref, request, Verified, config, time_left, "the reference's side failed while comparing",
                            spent, calls=len(calls))
     if not reply.ok:

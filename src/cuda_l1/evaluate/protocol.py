@@ -169,6 +169,7 @@ class Verify:
     calls: list[CallToVerify]
     spots: int
     tolerance: dict  # precision.ToleranceConfig fields
+    input_handle: str = ""  # the candidate's input buffer: no output may lie in it, under any handle
     op: str = "verify"
 
 

@@ -64,6 +64,15 @@ def verify_request(side, msg: Verify) -> Verified:
 def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
     if side.reader is None:
         side.reader = RemoteMemory(side.device, lambda: None, 1 << 44)
+    # Both input buffers are known before any output is opened: an output in either, named by any
+    # string, is refused by its memory (allocations.py).
+    try:
+        if side.input_base:
+            side.reader.know_buffer("the reference's input buffer", base=side.input_base)
+        if msg.input_handle:
+            side.reader.know_buffer("the candidate's input buffer", handle=msg.input_handle)
+    except Unreadable as exc:
+        return Verified(False, str(exc))
     tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
     note, verdicts = "", []
     spent = {"read": 0.0, "oracle": 0.0, "judge": 0.0}

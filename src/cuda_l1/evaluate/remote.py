@@ -15,6 +15,7 @@ import threading
 
 import torch
 
+from cuda_l1.evaluate.allocations import IN_INPUT_BUFFER, Allocations
 from cuda_l1.evaluate.protocol import ITEMSIZE, LeafRef
 
 _DTYPES = {name: getattr(torch, name) for name in ITEMSIZE if isinstance(getattr(torch, name, None), torch.dtype)}
@@ -130,15 +131,49 @@ class RemoteMemory:
         self.pid_of = pid_of  # returns the harness pid (it is only known once the side reported)
         self.max_bytes = max_bytes
         self.opened: dict[str, int] = {}  # IPC handle -> base pointer in this process
+        self.refused: dict[str, str] = {}  # IPC handle -> why its memory is not read (allocations.py)
+        self.allocations = None  # allocations.Allocations, made at the first handle (CUDA only)
+
+    def _allocations(self):
+        if self.allocations is None:
+            from cuda_l1.evaluate import cudadrv
+
+            self.allocations = Allocations(lambda ptr, n: cudadrv.tensor_at(self.device, ptr, n))
+        return self.allocations
+
+    def know_buffer(self, label: str, handle: str = "", base: int = 0) -> None:
+        """An input buffer, by its handle (opened here) or by where this process maps it: no output may
+        lie in it, whatever string names the output's memory. Known once per reader."""
+        from cuda_l1.evaluate import cudadrv
+
+        if handle in self.refused or any(k.label == label for k in self._allocations().known):
+            return
+        try:
+            if handle and handle not in self.opened:
+                self.opened[handle] = cudadrv.open_handle(self.device, handle)
+            base = self.opened[handle] if handle else base
+            size = cudadrv.allocation_size(base)
+        except cudadrv.CudaDriverError as exc:
+            raise Unreadable(f"{label} cannot be opened ({exc})") from None
+        self._allocations().know(base, size, handle, label)
+        if handle:
+            self.refused[handle] = f"{IN_INPUT_BUFFER}{label}"
 
     def _base(self, handle: str) -> int:
         from cuda_l1.evaluate import cudadrv
 
+        if handle in self.refused:
+            raise Unreadable(self.refused[handle])
         if handle not in self.opened:
             try:
-                self.opened[handle] = cudadrv.open_handle(self.device, handle)
+                base = self.opened[handle] = cudadrv.open_handle(self.device, handle)
+                size = cudadrv.allocation_size(base)
             except cudadrv.CudaDriverError as exc:
                 raise Unreadable(f"the output's IPC handle cannot be opened ({exc})") from None
+            problem = self._allocations().admit(base, size, handle)
+            if problem:
+                self.refused[handle] = problem
+                raise Unreadable(problem)
         return self.opened[handle]
 
     def tensor(self, ref: LeafRef, limit: int | None = None) -> torch.Tensor:

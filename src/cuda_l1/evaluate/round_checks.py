@@ -10,6 +10,7 @@ import contextlib
 
 from cuda_l1.evaluate import gating, output_checks, output_memory, verify
 from cuda_l1.evaluate.precision import Comparison
+from cuda_l1.evaluate.allocations import IN_INPUT_BUFFER
 from cuda_l1.evaluate.remote import Unreadable
 from cuda_l1.evaluate.sides import ReferenceFailure, changed_inputs, placed_outputs
 from cuda_l1.evaluate.slots import RoundInputs
@@ -37,7 +38,8 @@ class RoundChecks:
         if self.config.device.startswith("cuda"):
             with self.phase("verify_on_reference"):  # part of "verification": one request per round
                 per_call = output_checks.on_reference(self.env, [(i, cand_calls[i], mode) for i, mode in checked],
-                                                      bounds, self.rng, self.config, self.remaining, self.verify_spent)
+                                                      bounds, self.rng, self.config, self.remaining, self.verify_spent,
+                                                      self.cand.buffer.handle)
         else:
             per_call = (output_checks.here(self.env, self.cand, cand_calls[i], ref_calls[i], i, mode, bounds, self.rng,
                                            self.config, self.remaining) for i, mode in checked)
@@ -45,8 +47,9 @@ class RoundChecks:
             for pos, (res, ref_leaf) in enumerate(zip(results, ref_calls[index].leaves)):
                 if ref_leaf.kind != "tensor":
                     continue
-                if res.unreadable:
-                    self._fail("outputs_readable", REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
+                if res.unreadable:  # an output in an input buffer under another handle is that check's failure
+                    check = "no_input_aliasing" if res.unreadable.startswith(IN_INPUT_BUFFER) else "outputs_readable"
+                    self._fail(check, REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
                     continue
                 if res.compared:
                     self.comparisons.setdefault(pos, []).append(Comparison(res.ok, res.detail, res.candidate_error,

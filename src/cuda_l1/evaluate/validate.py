@@ -313,7 +313,7 @@ def _check_verify(h) -> Verify:
     if type(tol) is not dict:
         raise ProtocolError("verify: tolerance must be an object")
     return Verify([_check_call_to_verify(c) for c in _list(h.get("calls"), "calls", MAX_CALLS)],
-                  _int(h.get("spots"), "spots", 0, 1 << 20), tol)
+                  _int(h.get("spots"), "spots", 0, 1 << 20), tol, _str(h.get("input_handle", ""), "input_handle", 256))
 
 
 def _leaf_verdict(d) -> LeafVerdict:
