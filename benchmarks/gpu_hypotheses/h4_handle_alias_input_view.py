@@ -1,4 +1,4 @@
-# H4. Task: benchmarks/gpu_hypotheses/transpose_task.py
+# H4. Task: tests/corpus/refs/transpose_copy.py (the run of 2026-12-07 used an 8192 x 8192 copy of it)
 # Every "which memory is this" check on a GPU keys on the IPC handle STRING the side reports:
 # output_memory._span (shared_storage across calls / the previous window, overlapping_outputs within a
 # call) and output_memory.aliases (an output in the input buffer: leaf.handle == input_handle).
