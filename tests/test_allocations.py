@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from cuda_l1.evaluate.allocations import IN_INPUT_BUFFER, MAX_PROBES, Allocations, same_memory
+from cuda_l1.evaluate.allocations import IN_INPUT_BUFFER, MAX_KNOWN, Allocations, same_memory
 
 SIZE = 1 << 16
 
@@ -46,8 +46,8 @@ def memories():
 def test_same_memory_by_a_write_and_restored(memories):
     a, b, c = memories["buffer"], memories["buffer_again"], memories["other"]
     assert a.base != b.base
-    assert same_memory(_view, b.base, a.base)
-    assert not same_memory(_view, c.base, a.base)
+    assert same_memory(_view, b.base, [c.base, a.base]) == 1
+    assert same_memory(_view, c.base, [a.base, b.base]) is None
     assert bytes(a.map[:8]) == b"abcdefgh"  # what the probe wrote is undone
     assert bytes(c.map[:8]) == bytes(8)
 
@@ -60,6 +60,13 @@ def test_an_output_in_an_input_buffer_under_another_name(memories):
     assert reason.startswith(IN_INPUT_BUFFER) and "the candidate's input buffer" in reason
 
 
+def test_an_input_buffer_is_tested_whatever_size_its_mapping_reports(memories):
+    allocations = Allocations(_view)
+    allocations.know(memories["buffer"].base, SIZE, "handle-of-buffer", "the reference's input buffer")
+    reason = allocations.admit(memories["buffer_again"].base, SIZE // 2, "edited-size")
+    assert reason.startswith(IN_INPUT_BUFFER)
+
+
 def test_one_allocation_under_two_names(memories):
     allocations = Allocations(_view)
     assert allocations.admit(memories["other"].base, SIZE, "output-1") == ""
@@ -67,18 +74,18 @@ def test_one_allocation_under_two_names(memories):
     assert "two IPC handles" in allocations.admit(memories["other"].base, SIZE, "same-place-other-string")
 
 
-def test_other_sizes_are_not_tested():
+def test_outputs_of_other_sizes_are_not_tested_input_buffers_always():
     calls = []
-    allocations = Allocations(_view, probe=lambda view, a, b: calls.append((a, b)) or False)
+    allocations = Allocations(_view, probe=lambda view, a, bases: calls.append((a, list(bases))) or None)
     allocations.know(1000, 64, "h", "an input buffer")
     assert allocations.admit(2000, 128, "o") == ""
-    assert calls == []
-    assert allocations.admit(3000, 64, "p") == ""
-    assert calls == [(3000, 1000)]
+    assert calls == [(2000, [1000])]
+    assert allocations.admit(3000, 128, "p") == ""
+    assert calls[-1] == (3000, [1000, 2000])  # one gather for all of them
 
 
-def test_the_probes_are_bounded():
-    allocations = Allocations(_view, probe=lambda view, a, b: False)
-    allocations.know(1, 64, "h", "an input buffer")
-    allocations.probes = MAX_PROBES
-    assert "too many" in allocations.admit(2, 64, "o")
+def test_the_known_allocations_are_bounded():
+    allocations = Allocations(_view, probe=lambda view, a, bases: None)
+    for i in range(MAX_KNOWN):
+        allocations.know(10 + i, 64, f"h{i}", "")
+    assert "too many" in allocations.admit(1, 64, "o")

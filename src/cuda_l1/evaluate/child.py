@@ -81,6 +81,7 @@ class Side:
         self.describer = Describer()  # where the outputs of a window's calls are (describe.py)
         self.reader = None  # the reference side's reader of candidate memory (CUDA)
         self.input_base = 0  # where this side maps its input buffer (CUDA)
+        self.settled = []  # the reference side's settled_outputs.Held of the candidate's last window (CUDA)
         self.bell: SideBell | None = None  # CPU: the per-call doorbell (doorbell.py)
 
     def send(self, message) -> None:
@@ -302,6 +303,7 @@ class Side:
         self.send(verify_request(self, msg))
 
     def release(self) -> None:
+        self.settled = []  # views of the candidate's memory: gone before its handles close
         if self.reader is not None:
             self.reader.close()
             self.reader = None

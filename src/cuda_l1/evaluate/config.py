@@ -79,6 +79,9 @@ class TimingConfig:
     spot_checks: int = setting(64, "positions of every output compared for each checked call")
     checked_calls: int = setting(8, "calls of each candidate window, drawn after it, compared with the reference")
     full_check_rate: float = setting(0.2, "share of later rounds in which one checked call is compared in full")
+    settled_calls: int = setting(4, "GPU: calls of each candidate window whose outputs are read at a few positions "
+                                 "right after the window and again at verification: an output that changed in "
+                                 "between was finished after the window, in time no side was charged for (0: off)")
     oracle_rate: float = setting(0.3, "after the first round (always), the chance that a round's checked calls "
                                  "include one compared in full against the float64 oracle, drawn after the "
                                  "window: no round is known to be exempt")
@@ -209,7 +212,7 @@ _DEFAULT_SANDBOX_LIMITS = {name: SandboxConfig.__dataclass_fields__[name].defaul
 _DEFAULT_TOLERANCE_LIMITS = {name: ToleranceConfig.__dataclass_fields__[name].default
                              for name in ("kernelbench_atol", "kernelbench_rtol")}
 _DEFAULT_CHECKS = {name: TimingConfig.__dataclass_fields__[name].default
-                   for name in ("checked_calls", "spot_checks", "full_check_rate")}
+                   for name in ("checked_calls", "spot_checks", "full_check_rate", "settled_calls")}
 
 
 def _key_value(value, default) -> str:
@@ -245,6 +248,7 @@ def check_settings(config: EvalConfig) -> None:
         (t.process_spread is None or 0 <= t.process_spread <= 0.5, "timing process_spread is between 0 and 0.5"),
         (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
         (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
+        (t.settled_calls >= 0, "timing settled_calls must be 0 (off) or more"),
         (0 <= t.oracle_rate <= 1, "timing oracle_rate is a chance between 0 and 1"),
         (0 <= t.decide_margin < 1, "timing decide_margin is a share between 0 and 1"),
         (0 <= t.settle_s <= 1, "timing settle_s is between 0 and 1 second"),

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Callable
 
-from cuda_l1.evaluate import output_memory, verify
+from cuda_l1.evaluate import output_memory, settled_outputs, verify
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled, Verified, Verify
 from cuda_l1.evaluate.remote import Unreadable
@@ -90,9 +90,11 @@ def here(env, cand: Side, cand_call, ref_call, slot: int, mode: str, bounds: lis
 
 
 def on_reference(env, checked: list[tuple], bounds: list, rng, config: EvalConfig,
-                 time_left: Callable[[], float], spent: dict | None = None, input_handle: str = "") -> list[list[LeafVerdict]]:
+                 time_left: Callable[[], float], spent: dict | None = None,
+                 input_handle: str = "") -> tuple[list[list[LeafVerdict]], str]:
     """CUDA: per checked call (index, candidate's call, mode), one verdict per output, compared by the
-    reference's side in one request for all of them. `spent` gathers where the time went; `input_handle`
+    reference's side in one request for all of them, and what changed in the outputs read right after
+    the window ("" if nothing: settle_on_reference). `spent` gathers where the time went; `input_handle`
     names the candidate's input buffer, which the reference's side refuses outputs in by its memory."""
     ref = env.ref
     wire_bounds = [-1.0 if b is None else b for b in bounds]
@@ -110,6 +112,25 @@ def on_reference(env, checked: list[tuple], bounds: list, rng, config: EvalConfi
         raise ReferenceFailure("the reference's side answered for other calls than it was asked about")
     if reply.oracle_note:
         env.oracle_unavailable = reply.oracle_note
+    return reply.calls, reply.unsettled
+
+
+def settle_on_reference(env, calls: list[tuple[int, object]], rng, config: EvalConfig,
+                        time_left: Callable[[], float], spent: dict | None = None,
+                        input_handle: str = "") -> list[list[LeafVerdict]]:
+    """CUDA, right after the candidate's window: the reference's side reads a few positions of each
+    listed (index, candidate's call) and keeps them for the round's verification (settled_outputs.py).
+    One verdict per output: unreadable ones say why."""
+    request = Verify([CallToVerify(index, index, "settle", [], rng.randrange(1 << 62), call.leaves)
+                      for index, call in calls], settled_outputs.SPOTS, dataclasses.asdict(config.tolerance),
+                     input_handle)
+    reply = _ask_reference(env.ref, request, Verified, config, time_left,
+                           "the reference's side failed while reading outputs after their window", spent,
+                           calls=len(calls))
+    if not reply.ok:
+        raise ReferenceFailure("the reference's side could not read outputs after their window: " + reply.message)
+    if len(reply.calls) != len(calls) or any(len(v) != len(c.leaves) for v, (_, c) in zip(reply.calls, calls)):
+        raise ReferenceFailure("the reference's side answered for other calls than it was asked about")
     return reply.calls
 
 

@@ -153,7 +153,7 @@ class CallToVerify:
 
     ref_index: int  # which call of the reference's last run
     slot: int  # the input slot of that call (for the float64 oracle)
-    mode: str  # "spots" | "full" | "oracle"
+    mode: str  # "spots" | "full" | "oracle"; "settle": read a few positions now, again at the next Verify
     bounds: list[float]  # allowed difference per output for spots/full (negative: none known yet: the oracle)
     seed: int  # positions for spot checks are drawn from this (chosen by the parent after the window)
     leaves: list[LeafRef]  # where the candidate says this call's outputs live
@@ -193,6 +193,7 @@ class Verified:
     calls: list[list[LeafVerdict]] = field(default_factory=list)  # per call of the request, one per output
     oracle_note: str = ""  # why no float64 oracle was available, if none was
     spent_s: dict[str, float] = field(default_factory=dict)  # where the side's time went (read, oracle, judge)
+    unsettled: str = ""  # an output read after its window that changed by verification (settled_outputs.py)
     op: str = "verified"
 
 

@@ -59,6 +59,7 @@ class Referee(RoundChecks):
         self.estimate: timing.Estimate | None = None
         self.cand: Side | None = None
         self.previous_calls: list = []  # the candidate's previous window (its outputs are still alive)
+        self.drawn: tuple | None = None  # (round, checked calls) drawn right after the candidate's window (CUDA)
         self.oracle_rounds, self.oracle_limited = 0, False  # rounds with a float64 comparison; whether any was held back
         self.rounds_verified = 0
 
@@ -207,6 +208,10 @@ class Referee(RoundChecks):
                 if len(side.ran.calls) != len(slots):
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
+                if self.settles():  # before the reference's window, if it comes next
+                    self.settle_window(rounds)
+                    if self.status is not None:
+                        return
             self.cand.proc.watch()
             with self.phase("verification"):
                 self.verify_round(rounds)

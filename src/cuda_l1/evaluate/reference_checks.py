@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from cuda_l1.evaluate import settled_outputs
 from cuda_l1.evaluate import verify as judge
 from cuda_l1.evaluate.inputs import flatten_outputs
 from cuda_l1.evaluate.output_memory import read_limit
@@ -73,6 +74,8 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
             side.reader.know_buffer("the candidate's input buffer", handle=msg.input_handle)
     except Unreadable as exc:
         return Verified(False, str(exc))
+    if msg.calls and all(call.mode == "settle" for call in msg.calls):
+        return _settle(side, msg)
     tolerance = ToleranceConfig(**{k: v for k, v in msg.tolerance.items() if k in ToleranceConfig.__dataclass_fields__})
     note, verdicts = "", []
     spent = {"read": 0.0, "oracle": 0.0, "judge": 0.0}
@@ -118,4 +121,31 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
     spent["spots"] = time.perf_counter() - started
     if torch.cuda.is_available() and side.device.startswith("cuda"):
         torch.cuda.synchronize()
-    return Verified(True, calls=verdicts, oracle_note=note, spent_s=spent)
+    # Last, after every read and write of this request: what the outputs held right after the window,
+    # against what they hold now (work that something here released would have changed them).
+    unsettled, side.settled = settled_outputs.changed(side.settled), []
+    return Verified(True, calls=verdicts, oracle_note=note, spent_s=spent, unsettled=unsettled)
+
+
+def _settle(side, msg: Verify) -> Verified:
+    """Right after the candidate's window: a few positions of the listed calls' outputs, read and kept
+    for the next Verify (settled_outputs.py). Each call's seed draws its positions."""
+    started = time.perf_counter()
+    outputs, verdicts = [], []
+    for call in msg.calls:
+        tensors, results = [], []
+        for leaf in call.leaves:
+            try:
+                # Read only: nothing is written into the candidate's memory before these positions are taken
+                tensors.append(side.reader.tensor(leaf, admit=False) if leaf.kind == "tensor" else None)
+                results.append(LeafVerdict(True))
+            except Unreadable as exc:
+                tensors.append(None)
+                results.append(LeafVerdict(False, unreadable=str(exc)))
+        outputs.append((call.ref_index, tensors))
+        verdicts.append(results)
+    side.settled = settled_outputs.take([(index, tensors, random.Random(call.seed))
+                                         for call, (index, tensors) in zip(msg.calls, outputs)], msg.spots)
+    if torch.cuda.is_available() and side.device.startswith("cuda"):
+        torch.cuda.synchronize()  # read now, and nothing of this side's left running into the next window
+    return Verified(True, calls=verdicts, spent_s={"settle": time.perf_counter() - started})

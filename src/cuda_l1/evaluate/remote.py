@@ -132,6 +132,7 @@ class RemoteMemory:
         self.max_bytes = max_bytes
         self.opened: dict[str, int] = {}  # IPC handle -> base pointer in this process
         self.refused: dict[str, str] = {}  # IPC handle -> why its memory is not read (allocations.py)
+        self.unadmitted: set[str] = set()  # opened, not yet told apart from the known allocations
         self.allocations = None  # allocations.Allocations, made at the first handle (CUDA only)
 
     def _allocations(self):
@@ -159,26 +160,36 @@ class RemoteMemory:
         if handle:
             self.refused[handle] = f"{IN_INPUT_BUFFER}{label}"
 
-    def _base(self, handle: str) -> int:
+    def _base(self, handle: str, admit: bool = True) -> int:
+        """Where the handle's allocation is mapped here, opened at its first use. `admit`: told apart
+        from the known allocations first (allocations.py: a write into it), which a read right after the
+        candidate's window skips, so that nothing is written into its memory before that read."""
         from cuda_l1.evaluate import cudadrv
 
         if handle in self.refused:
             raise Unreadable(self.refused[handle])
         if handle not in self.opened:
             try:
-                base = self.opened[handle] = cudadrv.open_handle(self.device, handle)
-                size = cudadrv.allocation_size(base)
+                self.opened[handle] = cudadrv.open_handle(self.device, handle)
             except cudadrv.CudaDriverError as exc:
                 raise Unreadable(f"the output's IPC handle cannot be opened ({exc})") from None
-            problem = self._allocations().admit(base, size, handle)
+            self.unadmitted.add(handle)
+        if admit and handle in self.unadmitted:
+            self.unadmitted.discard(handle)
+            try:
+                size = cudadrv.allocation_size(self.opened[handle])
+            except cudadrv.CudaDriverError as exc:
+                problem = f"the output's allocation cannot be measured ({exc})"
+            else:
+                problem = self._allocations().admit(self.opened[handle], size, handle)
             if problem:
                 self.refused[handle] = problem
                 raise Unreadable(problem)
         return self.opened[handle]
 
-    def tensor(self, ref: LeafRef, limit: int | None = None) -> torch.Tensor:
+    def tensor(self, ref: LeafRef, limit: int | None = None, admit: bool = True) -> torch.Tensor:
         """The output as a tensor: on CUDA a view of the side's memory, on CPU a copy read from it.
-        `limit`: the most bytes the view may span (the reference's own output's span, say)."""
+        `limit`: the most bytes the view may span (the reference's own output's span, say); `admit`: see _base."""
         dtype = _DTYPES.get(ref.dtype)
         if dtype is None:
             raise Unreadable(f"dtype {ref.dtype} cannot be read")
@@ -200,7 +211,7 @@ class RemoteMemory:
             if ref.handle_offset % ITEMSIZE[ref.dtype]:
                 # A misaligned read would fault inside the parent's own CUDA context.
                 raise Unreadable("the output's storage is not aligned for its dtype")
-            base = self._base(ref.handle)
+            base = self._base(ref.handle, admit)
             try:
                 size = cudadrv.allocation_size(base)
             except cudadrv.CudaDriverError as exc:

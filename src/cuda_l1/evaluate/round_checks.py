@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from cuda_l1.evaluate import gating, output_checks, output_memory, verify
+from cuda_l1.evaluate import gating, output_checks, output_memory, settled_outputs, verify
 from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.allocations import IN_INPUT_BUFFER
 from cuda_l1.evaluate.remote import Unreadable
@@ -37,9 +37,11 @@ class RoundChecks:
                   for pos in range(len(ref_calls[0].leaves))]
         if self.config.device.startswith("cuda"):
             with self.phase("verify_on_reference"):  # part of "verification": one request per round
-                per_call = output_checks.on_reference(self.env, [(i, cand_calls[i], mode) for i, mode in checked],
-                                                      bounds, self.rng, self.config, self.remaining, self.verify_spent,
-                                                      self.cand.buffer.handle)
+                per_call, unsettled = output_checks.on_reference(
+                    self.env, [(i, cand_calls[i], mode) for i, mode in checked], bounds, self.rng, self.config,
+                    self.remaining, self.verify_spent, self.cand.buffer.handle)
+            if unsettled:
+                return self._fail("outputs_settled", REJECTED, f"round {round_no + 1}: {unsettled}")
         else:
             per_call = (output_checks.here(self.env, self.cand, cand_calls[i], ref_calls[i], i, mode, bounds, self.rng,
                                            self.config, self.remaining) for i, mode in checked)
@@ -47,9 +49,8 @@ class RoundChecks:
             for pos, (res, ref_leaf) in enumerate(zip(results, ref_calls[index].leaves)):
                 if ref_leaf.kind != "tensor":
                     continue
-                if res.unreadable:  # an output in an input buffer under another handle is that check's failure
-                    check = "no_input_aliasing" if res.unreadable.startswith(IN_INPUT_BUFFER) else "outputs_readable"
-                    self._fail(check, REJECTED, f"call {index + 1}, output {pos}: {res.unreadable}")
+                if res.unreadable:
+                    self._unreadable(index, pos, res.unreadable)
                     continue
                 if res.compared:
                     self.comparisons.setdefault(pos, []).append(Comparison(res.ok, res.detail, res.candidate_error,
@@ -59,6 +60,45 @@ class RoundChecks:
                     self._fail("correctness", INCORRECT, f"{where}: {res.detail}")
             if self.status is not None:
                 return
+
+    def _unreadable(self, index: int, pos: int, reason: str) -> None:
+        """An output the reference's side could not read as described: refused (an output in an input
+        buffer, under another handle than the buffer's, is that check's failure)."""
+        check = "no_input_aliasing" if reason.startswith(IN_INPUT_BUFFER) else "outputs_readable"
+        self._fail(check, REJECTED, f"call {index + 1}, output {pos}: {reason}")
+
+    def settles(self) -> bool:
+        """Whether the candidate's outputs are read right after each of its windows (settle_window)."""
+        tc = self.config.timing
+        return self.config.device.startswith("cuda") and tc.enabled and tc.settled_calls > 0
+
+    def settle_window(self, round_no: int) -> None:
+        """CUDA, right after the candidate's window, before anything else runs: the round's checked calls
+        are drawn now (still after the window, where no side sees them), and the reference's side reads
+        a few positions of them and of `settled_calls` more, to be compared with the same positions at
+        the end of the round's verification (settled_outputs.py). Checked calls among them, because
+        their verification opens their memory and writes into it (allocations.py): work waiting on that
+        write would be finished by verification, and is seen changing what was read here."""
+        calls = self.cand.ran.calls
+        if not calls:
+            return
+        self.drawn = (round_no, self._draw_checked(round_no, len(calls)))
+        extra = settled_outputs.draw_calls(len(calls), self.config.timing.settled_calls, self.rng)
+        chosen = sorted({i for i, _ in self.drawn[1]} | set(extra))
+        with self.phase("settle_read"):
+            per_call = output_checks.settle_on_reference(self.env, [(i, calls[i]) for i in chosen], self.rng,
+                                                         self.config, self.remaining, self.verify_spent,
+                                                         self.cand.buffer.handle)
+        for index, results in zip(chosen, per_call):
+            for pos, res in enumerate(results):
+                if res.unreadable:
+                    return self._unreadable(index, pos, res.unreadable)
+
+    def _draw_checked(self, round_no: int, calls: int) -> list[tuple[int, str]]:
+        """Which calls of the round are looked at, and how (output_checks.draw_checked)."""
+        rate = self._oracle_rate()
+        self.oracle_limited |= self.config.timing.enabled and round_no > 0 and rate < self.config.timing.oracle_rate
+        return output_checks.draw_checked(self.rng, calls, round_no, self.config, rate)
 
     def _inputs_unchanged(self, slots: list[int], pristine: RoundInputs) -> bool:
         """After both windows and the outputs' verification (a side's buffer is written again only by its next
@@ -104,9 +144,8 @@ class RoundChecks:
             raise ReferenceFailure("the reference's side reported a different number of calls than it made")
         # Which calls are looked at, and how, is drawn now: after the window, where no side can see it.
         self.rounds_verified = round_no + 1
-        rate = self._oracle_rate()
-        self.oracle_limited |= self.config.timing.enabled and round_no > 0 and rate < self.config.timing.oracle_rate
-        checked = output_checks.draw_checked(self.rng, len(calls), round_no, self.config, rate)
+        drawn, self.drawn = self.drawn, None  # drawn right after the window (settle_window)
+        checked = drawn[1] if drawn and drawn[0] == round_no else self._draw_checked(round_no, len(calls))
         self.oracle_rounds += any(mode == "oracle" for _, mode in checked)
         for i, _ in checked:  # what the descriptions show, before anything is read
             for finding in verify.call_findings(placed[i], ref.ran.calls[i], self.cand.buffer.handle, self.cand.input_ranges):

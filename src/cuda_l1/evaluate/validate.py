@@ -300,7 +300,7 @@ def _check_call_to_verify(h) -> CallToVerify:
         raise ProtocolError("verify: a call must be an object")
     _fields(CallToVerify, h)
     mode = _str(h.get("mode"), "mode", 10)
-    if mode not in ("spots", "full", "oracle"):
+    if mode not in ("spots", "full", "oracle", "settle"):
         raise ProtocolError("verify: unknown mode")
     return CallToVerify(_int(h.get("ref_index"), "ref_index", 0, MAX_CALLS), _int(h.get("slot"), "slot", 0, MAX_CALLS),
                         mode, [_anyfloat(b, "bound") for b in _list(h.get("bounds"), "bounds", MAX_LEAVES)],
@@ -336,7 +336,8 @@ def _check_verified(h) -> Verified:
         raise ProtocolError("verified: spent_s must be an object of at most 8 numbers")
     return Verified(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"), calls,
                     _str(h.get("oracle_note", ""), "oracle_note", 2000),
-                    {_str(k, "spent_s", 20): _num(v, "spent_s") for k, v in spent.items()})
+                    {_str(k, "spent_s", 20): _num(v, "spent_s") for k, v in spent.items()},
+                    _str(h.get("unsettled", ""), "unsettled", 2000))
 
 
 def _check_release(h) -> Release:

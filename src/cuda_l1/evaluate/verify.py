@@ -150,7 +150,7 @@ def spot_values(cand: torch.Tensor, ref: torch.Tensor, count: int, rng: random.R
     return spots_at_once([(cand, ref, count, rng, bound)])[0]
 
 
-def _storage_positions(t: torch.Tensor, flat: list[int]) -> list[int]:
+def storage_positions(t: torch.Tensor, flat: list[int]) -> list[int]:
     """Element offsets in `t`'s storage of the row-major positions `flat` (any strides)."""
     out = []
     for p in flat:
@@ -162,7 +162,7 @@ def _storage_positions(t: torch.Tensor, flat: list[int]) -> list[int]:
     return out
 
 
-def _flat_storage(t: torch.Tensor) -> torch.Tensor:
+def flat_storage(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
 
 
@@ -179,8 +179,8 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
     for cand, ref, count, rng, _ in items:
         flat = [rng.randrange(ref.numel()) for _ in range(count)] if ref.numel() else []
         draws.append(len(flat))
-        cand_pos += _storage_positions(cand, flat)
-        ref_pos += _storage_positions(ref, flat)
+        cand_pos += storage_positions(cand, flat)
+        ref_pos += storage_positions(ref, flat)
     index = torch.tensor([cand_pos, ref_pos], dtype=torch.int64).to(device)
     gathered, start = [], 0
     for (cand, ref, *_), n, exact in zip(items, draws, exacts):
@@ -189,12 +189,12 @@ def spots_at_once(items: list[tuple[torch.Tensor, torch.Tensor, int, random.Rand
         wide = torch.complex128 if cand.is_complex() or ref.is_complex() else torch.float64
         picks = [index[0, start:start + n], index[1, start:start + n]]
         if exact:  # int64 in float64 loses values past 2**53: its two 32-bit halves, each exact
-            pair = torch.stack([_flat_storage(t)[i.to(t.device)].to(device=device, dtype=torch.int64)
+            pair = torch.stack([flat_storage(t)[i.to(t.device)].to(device=device, dtype=torch.int64)
                                 for t, i in zip((cand, ref), picks)])
             gathered.append(torch.stack([pair >> 32, pair & 0xFFFFFFFF], dim=-1).reshape(2, -1).to(torch.float64))
             start += n
             continue
-        pair = torch.stack([_flat_storage(t)[i.to(t.device)].to(device=device, dtype=wide)
+        pair = torch.stack([flat_storage(t)[i.to(t.device)].to(device=device, dtype=wide)
                             for t, i in zip((cand, ref), picks)])
         gathered.append(torch.view_as_real(pair).reshape(2, -1) if wide == torch.complex128 else pair)
         start += n
