@@ -212,6 +212,9 @@ class Referee(RoundChecks):
                     self.settle_window(rounds)
                     if self.status is not None:
                         return
+                    if side is order[0] and tc.settle_s > 0:  # the read ran in the reference's process,
+                        with self.phase("settle"):  # which a request just before its window speeds up (settle_s)
+                            timing.settle(tc.settle_s)
             self.cand.proc.watch()
             with self.phase("verification"):
                 self.verify_round(rounds)
@@ -307,6 +310,9 @@ class Referee(RoundChecks):
         self._check("correctness", True, f"{len(compared)} outputs in full against {against}, the rest at "
                     f"{tc.spot_checks} positions each; worst: {worst.detail if worst else 'n/a'}{note}")
         self._check("frozen_between_windows", True, "every process of both sides was stopped outside its windows")
+        if self.settles() and self.rounds_verified:
+            self._check("outputs_settled", True, "positions of the checked calls' outputs read right after each window "
+                        "held the same bytes at the end of its verification")
         hidden = self.cand.window.idle_wait_s if self.cand.window else 0.0
         if not ref_ms:
             self.timing = {"protocol": "correctness only (timing disabled)"}

@@ -136,8 +136,9 @@ def _settle(side, msg: Verify) -> Verified:
         tensors, results = [], []
         for leaf in call.leaves:
             try:
-                # Read only: nothing is written into the candidate's memory before these positions are taken
-                tensors.append(side.reader.tensor(leaf, admit=False) if leaf.kind == "tensor" else None)
+                # Read only: nothing is written into the candidate's memory before these positions are taken.
+                # Outputs without a handle are left to verification (which refuses them as described).
+                tensors.append(side.reader.tensor(leaf, admit=False) if leaf.kind == "tensor" and leaf.handle else None)
                 results.append(LeafVerdict(True))
             except Unreadable as exc:
                 tensors.append(None)
