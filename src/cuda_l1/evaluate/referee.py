@@ -212,9 +212,10 @@ class Referee(RoundChecks):
                     self.settle_window(rounds)
                     if self.status is not None:
                         return
-                    if side is order[0] and tc.settle_s > 0:  # the read ran in the reference's process,
-                        with self.phase("settle"):  # which a request just before its window speeds up (settle_s)
-                            timing.settle(tc.settle_s)
+                    with self.phase("settle"):
+                        env.quiet.flush()  # the positions read leave the L2, where parked work could time them
+                        if side is order[0]:  # the read ran in the reference's process, which a request
+                            timing.settle(tc.settle_s)  # just before its window speeds up (settle_s)
             self.cand.proc.watch()
             with self.phase("verification"):
                 self.verify_round(rounds)
