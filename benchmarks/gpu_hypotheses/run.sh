@@ -12,7 +12,7 @@ refs=tests/corpus/refs
 declare -A task=([h1a]=$refs/gpu_matmul.py [h1b]=$refs/gpu_matmul.py [h1c]=$refs/gpu_matmul.py
                  [h2]=$refs/big_relu_add.py [h3]=$here/l2_reuse_task.py [h3c]=$here/l2_reuse_task.py
                  [h4]=$refs/transpose_copy.py [h5]=$refs/many_small_ops.py)
-declare -A file=([h1a]=h1a_copy_delay_line [h1b]=h1b_semaphore_blocked [h1c]=h1c_defer_when_first
+declare -A file=([h1a]=../../tests/corpus/gpu/deferred_behind_copy [h1b]=h1b_semaphore_blocked [h1c]=h1c_defer_when_first
                  [h2]=h2_find_reference_buffer [h3]=h3_l2_persist [h3c]=h3_control_identical
                  [h4]=h4_handle_alias_input_view [h5]=../../tests/corpus/gpu/batch_window_views_gpu)
 mkdir -p "$out"
