@@ -35,6 +35,8 @@
 #               positions from its own context), a launch-bound, a mid-size and a large tanh, and a matmul
 #   hypotheses  the GPU-path hypotheses of benchmarks/gpu_hypotheses/README.md, a verdict each (HYPOTHESES: some of
 #               h3c h3 h1a h1b h2 h4 h5 h1c; default all but h1c), under OUT/hypotheses
+#   handle-sweep every byte of a legacy IPC handle edited and opened from another process: the premise of
+#               allocations.py (benchmarks/gpu_hypotheses/handle_sweep.py), into OUT/handle-sweep.json
 #   copy-jitter how much a 6 GiB copy and ReLU vary on the GPU alone, one process, host clock and events, with the
 #               source fixed, drawn again or allocated anew (gpu_copy_jitter.py; COPY_GIB, default 6)
 #   kb-tasks    `cuda-l1 bench` of a few KernelBench tasks (KB_TASKS, paths under KernelBench/, default
@@ -189,6 +191,8 @@ for s in "${steps[@]}"; do
     sizes) step sizes "${SIZES_S:-300}" "$py" benchmarks/builtin_sizes.py --out "$out/builtin-sizes.json" ;;
     hypotheses) step hypotheses "${HYPOTHESES_S:-600}" bash benchmarks/gpu_hypotheses/run.sh "$out/hypotheses" \
         ${HYPOTHESES:-} ;;
+    handle-sweep) step handle-sweep "${SWEEP_S:-120}" "$py" benchmarks/gpu_hypotheses/handle_sweep.py \
+        --out "$out/handle-sweep.json" ;;
     main-job) step main-job "${MAIN_JOB_S:-540}" bash -c \
         "time $py -m cuda_l1 optimize builtin --out /tmp/runs-builtin ${MAIN_JOB_ARGS:-}; cp /tmp/runs-builtin/*.json /tmp/runs-builtin/*.md '$out/' 2>/dev/null; true" ;;
     ablations) export -f ablations; export out py
