@@ -65,3 +65,6 @@ def test_evaluation_settings_out_of_range_are_refused_also_when_changed_later():
     config.timing.full_check_rate = 1.5
     with pytest.raises(UserError, match="full_check_rate"):
         dataclasses.replace(config)  # what an Evaluator does with the config it is given
+    config.timing.full_check_rate, config.timing.settled_calls = 0.2, -1
+    with pytest.raises(UserError, match="settled_calls must be 0"):
+        dataclasses.replace(config)

@@ -101,15 +101,10 @@ def on_reference(env, checked: list[tuple], bounds: list, rng, config: EvalConfi
     calls = [CallToVerify(index, index, mode, wire_bounds, rng.randrange(1 << 62), cand_call.leaves)
              for index, cand_call, mode in checked]
     request = Verify(calls, config.timing.spot_checks, dataclasses.asdict(config.tolerance), input_handle)
-    reply = _ask_reference(ref, request, Verified, config, time_left, "the reference's side failed while comparing",
-                           spent, calls=len(calls))
-    if not reply.ok:
-        raise ReferenceFailure("the reference's side could not compare: " + reply.message)
+    reply = _verified(ref, request, config, time_left, spent, "comparing")
     if spent is not None:
         for key, seconds in reply.spent_s.items():
             spent["side_" + key] = spent.get("side_" + key, 0.0) + seconds
-    if len(reply.calls) != len(calls) or any(len(v) != len(c.leaves) for v, c in zip(reply.calls, calls)):
-        raise ReferenceFailure("the reference's side answered for other calls than it was asked about")
     if reply.oracle_note:
         env.oracle_unavailable = reply.oracle_note
     return reply.calls, reply.unsettled
@@ -124,14 +119,20 @@ def settle_on_reference(env, calls: list[tuple[int, object]], rng, config: EvalC
     request = Verify([CallToVerify(index, index, "settle", [], rng.randrange(1 << 62), call.leaves)
                       for index, call in calls], settled_outputs.SPOTS, dataclasses.asdict(config.tolerance),
                      input_handle)
-    reply = _ask_reference(env.ref, request, Verified, config, time_left,
-                           "the reference's side failed while reading outputs after their window", spent,
-                           calls=len(calls))
+    return _verified(env.ref, request, config, time_left, spent, "reading outputs after their window").calls
+
+
+def _verified(ref: Side, request: Verify, config: EvalConfig, time_left: Callable[[], float], spent: dict | None,
+              doing: str) -> Verified:
+    """The reference side's answer to a Verify request: one that failed, or that answers for other calls
+    or outputs than were asked about, is the reference's failure."""
+    reply = _ask_reference(ref, request, Verified, config, time_left, f"the reference's side failed while {doing}",
+                           spent, calls=len(request.calls))
     if not reply.ok:
-        raise ReferenceFailure("the reference's side could not read outputs after their window: " + reply.message)
-    if len(reply.calls) != len(calls) or any(len(v) != len(c.leaves) for v, (_, c) in zip(reply.calls, calls)):
+        raise ReferenceFailure(f"the reference's side failed while {doing}: " + reply.message)
+    if len(reply.calls) != len(request.calls) or any(len(v) != len(c.leaves) for v, c in zip(reply.calls, request.calls)):
         raise ReferenceFailure("the reference's side answered for other calls than it was asked about")
-    return reply.calls
+    return reply
 
 
 def float64_outputs(env, slot: int, config: EvalConfig, time_left: Callable[[], float]) -> list | None:

@@ -212,7 +212,7 @@ class Referee(RoundChecks):
                     self.settle_window(rounds)
                     if self.status is not None:
                         return
-                    with self.phase("settle"):
+                    with self.phase("settle_read_after"):  # apart from "settle", the pause after verification
                         env.quiet.flush()  # the positions read leave the L2, where parked work could time them
                         if side is order[0]:  # the read ran in the reference's process, which a request
                             timing.settle(tc.settle_s)  # just before its window speeds up (settle_s)

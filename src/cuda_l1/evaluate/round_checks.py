@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 
 from cuda_l1.evaluate import gating, output_checks, output_memory, settled_outputs, verify
-from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.allocations import IN_INPUT_BUFFER
+from cuda_l1.evaluate.precision import Comparison
 from cuda_l1.evaluate.remote import Unreadable
 from cuda_l1.evaluate.sides import ReferenceFailure, changed_inputs, placed_outputs
 from cuda_l1.evaluate.slots import RoundInputs
