@@ -581,6 +581,9 @@ def test_one_probe_per_plan_whoever_asks_first(monkeypatch):
     assert probe.probe_ahead(config, "cpu") is None
     ahead = probe.probe_ahead(config, "cuda:7", server=object())
     assert ahead is not None
+    deadline = time_mod.monotonic() + 10
+    while not calls and time_mod.monotonic() < deadline:  # the probe ahead under way first (on a loaded
+        time_mod.sleep(0.01)  # host its thread once reached the lock after the asker's, which then probed)
     # what SideProcess.start makes for a spare: another scratch, a pinned core, the same layers
     side_plan = config.confine_plan("/elsewhere", probe.identity_uid([]) if config.drop_identity else None, cpu_core=3)
     answers = []
