@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--levels", default=None, help="only these levels, e.g. 1,2")
     parser.add_argument("--repeats", type=int, default=1, help="evaluations per task (each in a fresh child)")
     parser.add_argument("--settle-ms", type=float, default=None, help="TimingConfig.settle_s, in ms (default: its default)")
+    parser.add_argument("--settle-rate", type=float, default=None,
+                        help="TimingConfig.settle_rate: share of rounds read right after the window (default: its default)")
     args = parser.parse_args()
 
     rows = []
@@ -49,6 +51,8 @@ def main() -> None:
         config = EvalConfig(device=args.device)
         if args.settle_ms is not None:
             config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, settle_s=args.settle_ms / 1000))
+        if args.settle_rate is not None:
+            config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, settle_rate=args.settle_rate))
         evaluator = Evaluator(task, config)
         # The reference's own class under the candidate's name; `Model` names it too (KernelBench's classes
         # call super(Model, self).__init__(), which found no Model once renamed)

@@ -68,3 +68,6 @@ def test_evaluation_settings_out_of_range_are_refused_also_when_changed_later():
     config.timing.full_check_rate, config.timing.settled_calls = 0.2, -1
     with pytest.raises(UserError, match="settled_calls must be 0"):
         dataclasses.replace(config)
+    config.timing.settled_calls, config.timing.settle_rate = 4, 1.5
+    with pytest.raises(UserError, match="settle_rate is between 0 and 1"):
+        dataclasses.replace(config)

@@ -82,6 +82,10 @@ class TimingConfig:
     settled_calls: int = setting(4, "GPU: calls of each candidate window whose outputs are read at a few positions "
                                  "right after the window and again at verification: an output that changed in "
                                  "between was finished after the window, in time no side was charged for (0: off)")
+    settle_rate: float = setting(0.5, "GPU: the chance, drawn after each candidate window, that its outputs are read "
+                                 "right after it (settled_calls): work deferred past the window is caught in a "
+                                 "round it cannot tell apart, and the read and the pause after it (~13 ms a "
+                                 "round on an H100) are paid in a share of the rounds only")
     oracle_rate: float = setting(0.3, "after the first round (always), the chance that a round's checked calls "
                                  "include one compared in full against the float64 oracle, drawn after the "
                                  "window: no round is known to be exempt")
@@ -212,7 +216,7 @@ _DEFAULT_SANDBOX_LIMITS = {name: SandboxConfig.__dataclass_fields__[name].defaul
 _DEFAULT_TOLERANCE_LIMITS = {name: ToleranceConfig.__dataclass_fields__[name].default
                              for name in ("kernelbench_atol", "kernelbench_rtol")}
 _DEFAULT_CHECKS = {name: TimingConfig.__dataclass_fields__[name].default
-                   for name in ("checked_calls", "spot_checks", "full_check_rate", "settled_calls")}
+                   for name in ("checked_calls", "spot_checks", "full_check_rate", "settled_calls", "settle_rate")}
 
 
 def _key_value(value, default) -> str:
@@ -249,6 +253,7 @@ def check_settings(config: EvalConfig) -> None:
         (t.spot_checks >= 1 and t.checked_calls >= 1, "timing spot_checks and checked_calls must be at least 1"),
         (0 <= t.full_check_rate <= 1, "timing full_check_rate is a share between 0 and 1"),
         (t.settled_calls >= 0, "timing settled_calls must be 0 (off) or more"),
+        (0 <= t.settle_rate <= 1, "timing settle_rate is between 0 and 1"),
         (0 <= t.oracle_rate <= 1, "timing oracle_rate is a chance between 0 and 1"),
         (0 <= t.decide_margin < 1, "timing decide_margin is a share between 0 and 1"),
         (0 <= t.settle_s <= 1, "timing settle_s is between 0 and 1 second"),

@@ -210,7 +210,8 @@ class Evaluator:
             referee._fail(getattr(failure, "check", "runs_to_completion"), failure.kind, str(failure))
             referee.status = failure.kind
         except ReferenceFailure as failure:
-            referee._fail("reference_ran", failure.kind, f"{failure} (the candidate was running beside it)")
+            beside = " (the candidate was running beside it)" if failure.check == "reference_ran" else ""
+            referee._fail(failure.check, failure.kind, f"{failure}{beside}")
             referee.status = failure.kind
             if fresh_reference_of(config):  # the next candidate starts its own
                 env.close_reference(graceful=False)

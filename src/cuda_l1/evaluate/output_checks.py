@@ -19,7 +19,7 @@ from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled
 from cuda_l1.evaluate.remote import Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, Side
-from cuda_l1.evaluate.verdict import RUNTIME_ERROR, TIMEOUT
+from cuda_l1.evaluate.verdict import REJECTED, RUNTIME_ERROR, TIMEOUT
 
 # After the first round the float64 oracle is drawn at `oracle_rate` while its rounds have cost no more
 # than a share of what the recorded windows took (at least ORACLE_FLOOR_S, at most ORACLE_SLOW_S), and
@@ -128,6 +128,12 @@ def _verified(ref: Side, request: Verify, config: EvalConfig, time_left: Callabl
     or outputs than were asked about, is the reference's failure."""
     reply = _ask_reference(ref, request, Verified, config, time_left, f"the reference's side failed while {doing}",
                            spent, calls=len(request.calls))
+    if not reply.ok and reply.device_fault:
+        # Only the candidate's memory is new to the side in a Verify: its own work ran in its windows.
+        # A mapping that opens and faults when touched is a forged handle's (an edited legacy IPC handle
+        # can open one: benchmarks/gpu_hypotheses/handle_sweep.py).
+        raise ReferenceFailure(f"reading the candidate's outputs faulted on the device while {doing} "
+                               f"({reply.message[:200]})", REJECTED, "outputs_readable")
     if not reply.ok:
         raise ReferenceFailure(f"the reference's side failed while {doing}: " + reply.message)
     if len(reply.calls) != len(request.calls) or any(len(v) != len(c.leaves) for v, c in zip(reply.calls, request.calls)):

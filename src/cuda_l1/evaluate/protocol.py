@@ -194,6 +194,7 @@ class Verified:
     oracle_note: str = ""  # why no float64 oracle was available, if none was
     spent_s: dict[str, float] = field(default_factory=dict)  # where the side's time went (read, oracle, judge)
     unsettled: str = ""  # an output read after its window that changed by verification (settled_outputs.py)
+    device_fault: bool = False  # the request failed and left the side's CUDA context unusable (see reference_checks)
     op: str = "verified"
 
 

@@ -208,7 +208,8 @@ class Referee(RoundChecks):
                 if len(side.ran.calls) != len(slots):
                     self._fail("protocol", REJECTED, "the candidate reported a different number of calls than it was asked for")
                     return
-                if self.settles():  # before the reference's window, if it comes next
+                # drawn after the window: a round the candidate defers work in is read at settle_rate
+                if self.settles() and self.rng.random() < tc.settle_rate:  # before the reference's window, if next
                     self.settle_window(rounds)
                     if self.status is not None:
                         return

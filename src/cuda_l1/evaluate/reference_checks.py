@@ -57,9 +57,24 @@ def verify_request(side, msg: Verify) -> Verified:
     try:
         return _verify(side, msg, memory)  # its locals, the oracles' outputs among them, gone on return
     except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
-        return Verified(False, f"{type(exc).__name__}: {exc}")
+        return Verified(False, f"{type(exc).__name__}: {exc}", device_fault=_context_lost(side.device))
     finally:
-        memory.release()
+        try:
+            memory.release()
+        except Exception:  # noqa: BLE001 - a lost context fails here too; the reply says so already
+            pass
+
+
+def _context_lost(device: str) -> bool:
+    """Whether this process's CUDA context is unusable (a fault is sticky: every later call fails)."""
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.empty(1, device=device).fill_(0).item()
+    except Exception:  # noqa: BLE001 - any failure here is the answer
+        return True
+    return False
 
 
 def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:

@@ -25,11 +25,14 @@ from cuda_l1.evaluate.verdict import REJECTED, RUNTIME_ERROR, TIMEOUT
 class ReferenceFailure(Exception):
     """The reference's own side failed (while a candidate was being judged, or while setting up).
     `kind`: the verdict it gives the candidate judged then (runtime_error, or timeout when what ran out
-    was the candidate's own evaluation time, not the reference's allowance for the request)."""
+    was the candidate's own evaluation time, not the reference's allowance for the request); `check`:
+    the check it fails (another than reference_ran where the candidate made it fail, e.g. memory it
+    named that faulted when read). The reference's side is replaced after it either way."""
 
-    def __init__(self, message: str, kind: str = RUNTIME_ERROR):
+    def __init__(self, message: str, kind: str = RUNTIME_ERROR, check: str = "reference_ran"):
         super().__init__(message)
         self.kind = kind
+        self.check = check  # reference_ran: the evaluation failed; another: the candidate's own failure
 
 
 @dataclass

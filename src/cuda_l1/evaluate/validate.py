@@ -337,7 +337,7 @@ def _check_verified(h) -> Verified:
     return Verified(_bool(h.get("ok"), "ok"), _str(h.get("message", ""), "message"), calls,
                     _str(h.get("oracle_note", ""), "oracle_note", 2000),
                     {_str(k, "spent_s", 20): _num(v, "spent_s") for k, v in spent.items()},
-                    _str(h.get("unsettled", ""), "unsettled", 2000))
+                    _str(h.get("unsettled", ""), "unsettled", 2000), _bool(h.get("device_fault", False), "device_fault"))
 
 
 def _check_release(h) -> Release:

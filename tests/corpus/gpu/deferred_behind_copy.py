@@ -1,13 +1,15 @@
 # reference: gpu_matmul
-# expect: rejected
-# check: outputs_settled
+# expect: not_faster
 # Work finished after the window. Each call queues its matmul on a stream that waits for a short
 # host-to-device copy (about 0.5 ms) on another stream, and the harness's synchronisation is patched
-# away, so the reply goes out at once. The parent's probe does not see work that waits (an H100 found the
-# device idle in 0.3 ms beside such a copy, benchmarks/gpu_hypotheses h1a), so the window ends before any
-# matmul ran; the queued work then finishes in time no side is charged for, or inside the reference's
-# window, and the outputs are complete when verification reads them. Outputs read right after the window
-# and again at the end of verification differ (settled_outputs.py).
+# away, so the reply goes out at once. The parent's probe once took the device for idle beside such a
+# copy (0.3 ms on an H100, benchmarks/gpu_hypotheses h1a, when its calibrated idle cost was unbounded):
+# the window ended before any matmul ran. With the probe's idle cost bounded (quiet.IDLE_CAP_S) it waits
+# for the queued work, ~18 ms a window on an H100, and the candidate is charged its full time (ok 0.95,
+# benchmarks/results/2026-12-07-h100-settle-rate). Were the probe to miss it, the queued work would
+# finish in time no side is charged for, or inside the reference's window: outputs read right after
+# the window and again at the end of verification differ, and `outputs_settled` refuses it
+# (settled_outputs.py; tests/test_settled_outputs.py on a CPU).
 import torch
 import torch.nn as nn
 
