@@ -80,9 +80,12 @@ def test_the_verdict_is_rejected_and_the_next_candidate_is_judged_beside_a_new_r
         return real(self, round_no)
 
     monkeypatch.setattr(Referee, "verify_round", faulting)
+    config.fresh_reference = False  # a GPU's default: the side would serve the next candidate too
     evaluator = Evaluator(case.task(), config)
     try:
+        faulted_side = evaluator.env.ref
         first = evaluator.evaluate(case.source())
+        assert evaluator.env.ref is None or evaluator.env.ref is not faulted_side  # ended, never reused
         second = evaluator.evaluate(case.source())
     finally:
         evaluator.close()
@@ -91,3 +94,61 @@ def test_the_verdict_is_rejected_and_the_next_candidate_is_judged_beside_a_new_r
     assert first.check("reference_ran") is None
     assert "faulted on the device" in first.reasons[0] and "running beside it" not in first.reasons[0]
     assert second.status == "ok", second.reasons
+
+
+def test_settle_rate_is_in_the_settings_key():
+    default = EvalConfig(device="cuda")
+    assert "settle_rate" not in default.config_key()
+    lower = EvalConfig(device="cuda", timing=TimingConfig(settle_rate=0.5))
+    assert "settle_rate=0.5" in lower.config_key() and lower.config_key() != default.config_key()
+
+
+@pytest.mark.parametrize("rate", [0.0, 1.0])
+def test_the_settle_read_is_drawn_at_settle_rate(monkeypatch, rate):
+    # The read itself needs a GPU (RoundChecks.settles is False on a CPU); here it is counted, and what
+    # the verdict claims follows what was done: every round at 1, none (and no claim) at 0.
+    case = {c.name: c for c in cases("cpu")}["identical"]
+    timing = TimingConfig.quick()
+    timing.max_time_s, timing.settle_rate = 1.0, rate
+    config = EvalConfig(device="cpu", timing=timing, call_timeout_s=15.0, first_call_timeout_s=30.0,
+                        sandbox=SandboxConfig(memory_bytes=3 * 2**30, max_processes=24))
+    reads = []
+    monkeypatch.setattr(Referee, "settles", lambda self: True)
+    monkeypatch.setattr(Referee, "settle_window", lambda self, round_no: reads.append(round_no))
+    evaluator = Evaluator(case.task(), config)
+    try:
+        verdict = evaluator.evaluate(case.source())
+    finally:
+        evaluator.close()
+    assert verdict.status == "ok", verdict.reasons
+    settled = verdict.check("outputs_settled")
+    if rate == 0.0:
+        assert reads == [] and settled is None
+    else:
+        assert reads == sorted(set(reads)) and len(reads) >= 2  # each round's candidate window, once
+        assert settled.passed and f"in {len(reads)} of {len(reads)} rounds" in settled.detail
+
+
+class _OracleSide:
+    """What _verify uses of the harness's side, with a float64 oracle that fails."""
+
+    device, reader, input_base, settled = "cpu", None, 0, []
+
+    def __init__(self):
+        import torch
+
+        self.kept = [torch.zeros(4)]
+
+    def _oracle_outputs(self, slot, using):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_a_fault_of_the_references_own_oracle_is_not_the_candidates(monkeypatch):
+    request = Verify([protocol.CallToVerify(0, 0, "oracle", [-1.0], 7, [])], 16, {})
+    monkeypatch.setattr(reference_checks, "_context_lost", lambda device: True)
+    reply = reference_checks.verify_request(_OracleSide(), request)
+    assert not reply.ok and not reply.device_fault and "float64 oracle lost" in reply.message
+    # An oracle that fails without losing the context is noted, and the request goes on.
+    monkeypatch.setattr(reference_checks, "_context_lost", lambda device: False)
+    reply = reference_checks.verify_request(_OracleSide(), request)
+    assert reply.ok and "illegal memory access" in reply.oracle_note

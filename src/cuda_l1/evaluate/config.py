@@ -82,10 +82,10 @@ class TimingConfig:
     settled_calls: int = setting(4, "GPU: calls of each candidate window whose outputs are read at a few positions "
                                  "right after the window and again at verification: an output that changed in "
                                  "between was finished after the window, in time no side was charged for (0: off)")
-    settle_rate: float = setting(0.5, "GPU: the chance, drawn after each candidate window, that its outputs are read "
-                                 "right after it (settled_calls): work deferred past the window is caught in a "
-                                 "round it cannot tell apart, and the read and the pause after it (~13 ms a "
-                                 "round on an H100) are paid in a share of the rounds only")
+    settle_rate: float = setting(1.0, "GPU: the chance, drawn after each candidate window, that its outputs are read "
+                                 "right after it (settled_calls). 1: every round (no round exempt). Lower pays the "
+                                 "read and the pause after it (~13 ms a round on an H100) in a share of the rounds, "
+                                 "and lets a candidate that defers work in a few rounds escape with a chance")
     oracle_rate: float = setting(0.3, "after the first round (always), the chance that a round's checked calls "
                                  "include one compared in full against the float64 oracle, drawn after the "
                                  "window: no round is known to be exempt")

@@ -173,6 +173,7 @@ class Evaluator:
         verdict = Verdict(status=RUNTIME_ERROR, device=device_name(config.device), versions=versions(config.device),
                           task_id=self.task.id, task_name=self.task.key, candidate_id=code_id(source))
         findings = static_scan.scan(source)
+        device_fault = False  # the reference's side faulted reading memory the candidate named
         if ahead is not None and ahead.proc is None:  # no side could be started for it
             failure = ahead.failure
             raise failure if isinstance(failure, (TaskError, UserError)) else RuntimeError(
@@ -210,13 +211,13 @@ class Evaluator:
             referee._fail(getattr(failure, "check", "runs_to_completion"), failure.kind, str(failure))
             referee.status = failure.kind
         except ReferenceFailure as failure:
-            beside = " (the candidate was running beside it)" if failure.check == "reference_ran" else ""
+            device_fault = failure.check != "reference_ran"  # (output_checks._verified: memory it named faulted)
+            beside = "" if device_fault else " (the candidate was running beside it)"
             referee._fail(failure.check, failure.kind, f"{failure}{beside}")
             referee.status = failure.kind
-            if fresh_reference_of(config):  # the next candidate starts its own
-                env.close_reference(graceful=False)
-            else:
-                env.restart_reference()
+            # Ended, never reused (its context may be lost: reference_checks._context_lost); the next
+            # evaluation starts a new one. A restart here that failed would lose this verdict.
+            env.close_reference(graceful=False)
         except (TaskError, UserError):
             raise
         except Exception as exc:  # noqa: BLE001 - the evaluator never ends an evaluation with a traceback
@@ -255,10 +256,14 @@ class Evaluator:
             verdict.timing["builds"] = referee.builds
         if referee.status is not None:
             verdict.status = referee.status
-            if config.device.startswith("cuda") and referee.status in (RUNTIME_ERROR, TIMEOUT):
+            if config.device.startswith("cuda") and (referee.status in (RUNTIME_ERROR, TIMEOUT) or device_fault):
                 with referee.phase("gpu_health"):
                     healthy, note = gpu_healthy(config.device)
                 verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
+                if device_fault and not healthy:  # the device failed, not only the memory it named
+                    verdict.status = RUNTIME_ERROR
+                    verdict.reasons.insert(0, "the GPU itself failed a health check after the reference's side "
+                                              "faulted: the evaluation failed, not the candidate")
         elif referee.estimate is None:  # timing disabled: correct, not timed
             verdict.status = OK
             verdict.timing = {**referee.timing, **verdict.timing}

@@ -129,9 +129,10 @@ def _verified(ref: Side, request: Verify, config: EvalConfig, time_left: Callabl
     reply = _ask_reference(ref, request, Verified, config, time_left, f"the reference's side failed while {doing}",
                            spent, calls=len(request.calls))
     if not reply.ok and reply.device_fault:
-        # Only the candidate's memory is new to the side in a Verify: its own work ran in its windows.
-        # A mapping that opens and faults when touched is a forged handle's (an edited legacy IPC handle
-        # can open one: benchmarks/gpu_hypotheses/handle_sweep.py).
+        # The side tells its own oracle's faults apart (reference_checks: those reply without the flag);
+        # the rest of a Verify touches the candidate's memory and the side's own kept outputs. A mapping
+        # that opens and faults when touched is a forged handle's (an edited legacy IPC handle can open
+        # one: benchmarks/gpu_hypotheses/handle_sweep.py). The parent's health check of the device follows.
         raise ReferenceFailure(f"reading the candidate's outputs faulted on the device while {doing} "
                                f"({reply.message[:200]})", REJECTED, "outputs_readable")
     if not reply.ok:

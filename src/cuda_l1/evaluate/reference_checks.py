@@ -49,29 +49,49 @@ class OracleMemory:
             self.pool = None
 
 
+# Pools of requests that lost the side's CUDA context: never destroyed (a pool's destructor frees its
+# memory, which on a lost context fails inside a destructor and ends the process before it can reply).
+# The parent ends the side after such a reply.
+_LOST_POOLS: list = []
+
+
+class _OwnFault(Exception):
+    """The side's own work (the float64 oracle) left its CUDA context unusable: not the candidate's."""
+
+
 def verify_request(side, msg: Verify) -> Verified:
     """One verdict per output of every call of the request (`side`: the harness's child.Side, whose
     last window's outputs are `side.kept`). Spot checks of all calls are judged together at the end:
-    one copy to the device and one back for all of them."""
+    one copy to the device and one back for all of them. A request that fails with the side's CUDA
+    context lost says so (device_fault), unless its own oracle lost it: the rest of a request touches
+    only the candidate's memory, its own kept outputs and what it allocates to compare them."""
     memory = OracleMemory(side.device)
     try:
-        return _verify(side, msg, memory)  # its locals, the oracles' outputs among them, gone on return
+        reply = _verify(side, msg, memory)  # its locals, the oracles' outputs among them, gone on return
+    except _OwnFault as exc:
+        reply = Verified(False, str(exc))
     except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
-        return Verified(False, f"{type(exc).__name__}: {exc}", device_fault=_context_lost(side.device))
-    finally:
-        try:
-            memory.release()
-        except Exception:  # noqa: BLE001 - a lost context fails here too; the reply says so already
-            pass
+        reply = Verified(False, f"{type(exc).__name__}: {exc}", device_fault=_context_lost(side.device))
+    if reply.ok or not _context_lost(side.device):
+        memory.release()
+    else:
+        _LOST_POOLS.append(memory.pool)
+    return reply
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _context_lost(device: str) -> bool:
-    """Whether this process's CUDA context is unusable (a fault is sticky: every later call fails)."""
+    """Whether this process's CUDA context is unusable: a device fault is sticky, so synchronising
+    reports it again. Nothing is allocated here: a device the candidate filled fails an allocation
+    without any fault, and that stays the reference's failure beside it (reference_ran)."""
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return False
     try:
         torch.cuda.synchronize()
-        torch.empty(1, device=device).fill_(0).item()
     except Exception:  # noqa: BLE001 - any failure here is the answer
         return True
     return False
@@ -101,9 +121,13 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
         oracle = None
         if call.mode == "oracle":
             started = time.perf_counter()
+            _sync(side.device)  # a fault of the reads before it surfaces here, as theirs
             try:
                 _, oracle = flatten_outputs(side._oracle_outputs(call.slot, memory.using))
+                _sync(side.device)  # and one of the oracle's own work here, as its own
             except RuntimeError as exc:
+                if _context_lost(side.device):
+                    raise _OwnFault(f"the float64 oracle lost the side's CUDA context: {exc}") from None
                 note = str(exc)
             spent["oracle"] += time.perf_counter() - started
         rng = random.Random(call.seed)
