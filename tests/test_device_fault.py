@@ -20,6 +20,13 @@ from cuda_l1.evaluate.validate import ProtocolError
 FAULT = "AcceleratorError: CUDA error: unspecified launch failure"
 
 
+def _quick_cpu_config() -> EvalConfig:
+    timing = TimingConfig.quick()
+    timing.max_time_s = 1.0
+    return EvalConfig(device="cpu", timing=timing, call_timeout_s=15.0, first_call_timeout_s=30.0,
+                      sandbox=SandboxConfig(memory_bytes=3 * 2**30, max_processes=24))
+
+
 def test_device_fault_travels_as_a_bool():
     reply = Verified(False, FAULT, device_fault=True)
     assert validate.decode(json.loads(json.dumps(protocol.encode(reply))), from_side=True) == reply
@@ -66,10 +73,7 @@ def test_the_verdict_is_rejected_and_the_next_candidate_is_judged_beside_a_new_r
     # On a GPU the fault comes from the reference side's Verify reply (above); the CPU path has no such
     # request, so the failure _verified raises is raised where verification runs, once.
     case = {c.name: c for c in cases("cpu")}["identical"]
-    timing = TimingConfig.quick()
-    timing.max_time_s = 1.0
-    config = EvalConfig(device="cpu", timing=timing, call_timeout_s=15.0, first_call_timeout_s=30.0,
-                        sandbox=SandboxConfig(memory_bytes=3 * 2**30, max_processes=24))
+    config = _quick_cpu_config()
     real, faults = Referee.verify_round, {"left": 1}
 
     def faulting(self, round_no):
@@ -108,10 +112,8 @@ def test_the_settle_read_is_drawn_at_settle_rate(monkeypatch, rate):
     # The read itself needs a GPU (RoundChecks.settles is False on a CPU); here it is counted, and what
     # the verdict claims follows what was done: every round at 1, none (and no claim) at 0.
     case = {c.name: c for c in cases("cpu")}["identical"]
-    timing = TimingConfig.quick()
-    timing.max_time_s, timing.settle_rate = 1.0, rate
-    config = EvalConfig(device="cpu", timing=timing, call_timeout_s=15.0, first_call_timeout_s=30.0,
-                        sandbox=SandboxConfig(memory_bytes=3 * 2**30, max_processes=24))
+    config = _quick_cpu_config()
+    config.timing.settle_rate = rate
     reads = []
     monkeypatch.setattr(Referee, "settles", lambda self: True)
     monkeypatch.setattr(Referee, "settle_window", lambda self, round_no: reads.append(round_no))

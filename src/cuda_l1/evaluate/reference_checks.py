@@ -65,17 +65,18 @@ def verify_request(side, msg: Verify) -> Verified:
     one copy to the device and one back for all of them. A request that fails with the side's CUDA
     context lost says so (device_fault), unless its own oracle lost it: the rest of a request touches
     only the candidate's memory, its own kept outputs and what it allocates to compare them."""
-    memory = OracleMemory(side.device)
+    memory, lost = OracleMemory(side.device), False
     try:
         reply = _verify(side, msg, memory)  # its locals, the oracles' outputs among them, gone on return
     except _OwnFault as exc:
-        reply = Verified(False, str(exc))
+        reply, lost = Verified(False, str(exc)), True
     except Exception as exc:  # noqa: BLE001 - reported; the parent decides (a reference failure)
-        reply = Verified(False, f"{type(exc).__name__}: {exc}", device_fault=_context_lost(side.device))
-    if reply.ok or not _context_lost(side.device):
-        memory.release()
-    else:
+        lost = _context_lost(side.device)
+        reply = Verified(False, f"{type(exc).__name__}: {exc}", device_fault=lost)
+    if lost:
         _LOST_POOLS.append(memory.pool)
+    else:
+        memory.release()
     return reply
 
 
@@ -88,10 +89,8 @@ def _context_lost(device: str) -> bool:
     """Whether this process's CUDA context is unusable: a device fault is sticky, so synchronising
     reports it again. Nothing is allocated here: a device the candidate filled fails an allocation
     without any fault, and that stays the reference's failure beside it (reference_ran)."""
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        return False
     try:
-        torch.cuda.synchronize()
+        _sync(device)
     except Exception:  # noqa: BLE001 - any failure here is the answer
         return True
     return False
@@ -158,8 +157,7 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
     for (i, j, _), problem in zip(spots, judge.spots_at_once([item for *_, item in spots])):
         verdicts[i][j] = LeafVerdict(problem is None, problem or "")
     spent["spots"] = time.perf_counter() - started
-    if torch.cuda.is_available() and side.device.startswith("cuda"):
-        torch.cuda.synchronize()
+    _sync(side.device)
     # Last, after every read and write of this request: what the outputs held right after the window,
     # against what they hold now (work that something here released would have changed them).
     unsettled, side.settled = settled_outputs.changed(side.settled), []
@@ -186,6 +184,5 @@ def _settle(side, msg: Verify) -> Verified:
         verdicts.append(results)
     side.settled = settled_outputs.take([(index, tensors, random.Random(call.seed))
                                          for call, (index, tensors) in zip(msg.calls, outputs)], msg.spots)
-    if torch.cuda.is_available() and side.device.startswith("cuda"):
-        torch.cuda.synchronize()  # read now, and nothing of this side's left running into the next window
+    _sync(side.device)  # read now, and nothing of this side's left running into the next window
     return Verified(True, calls=verdicts, spent_s={"settle": time.perf_counter() - started})
