@@ -268,14 +268,15 @@ class Side:
         import torch
 
         from cuda_l1.evaluate.inputs import double_model, to_double
-        from cuda_l1.evaluate.oracle_run import forward_in_float64
+        from cuda_l1.evaluate.oracle_run import forward_in_float64, on_granted_cores
 
         errors = []
         for device in ([self.device, "cpu"] if self.device != "cpu" else ["cpu"]):
             try:
                 if self.oracle_model is None or self.oracle_model[0] != device:
                     self.oracle_model = (device, double_model(self.model, device))
-                with torch.no_grad(), (memory() if device.startswith("cuda") else contextlib.nullcontext()):
+                on_host = on_granted_cores() if self.device != "cpu" else contextlib.nullcontext()  # a fallback
+                with torch.no_grad(), (memory() if device.startswith("cuda") else on_host):
                     args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
                     out = forward_in_float64(self.oracle_model[1], args)
                 if device.startswith("cuda"):

@@ -13,6 +13,8 @@ and a bfloat16 candidate passed). Other failures (no float64 kernel, out of memo
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 
 import torch
@@ -55,3 +57,22 @@ def forward_in_float64(model, args: list):
                 return model(*args)
         except Exception:  # noqa: BLE001 - the first error says what went wrong
             raise first from None
+
+
+MAX_ORACLE_THREADS = 16  # a host's worker per GPU may each fall back at once
+
+
+@contextlib.contextmanager
+def on_granted_cores():
+    """torch's CPU threads as many as the cores this process may use now, as before after: for a GPU
+    side's float64 oracle that fell back to the CPU, which the parent lets run on its cores for the
+    request (pinning.spread_side) and otherwise runs on the one core of the side's pin."""
+    before = torch.get_num_threads()
+    granted = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else before, MAX_ORACLE_THREADS)
+    if granted > before:
+        torch.set_num_threads(granted)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)

@@ -10,10 +10,11 @@ the same call in double precision.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Callable
 
-from cuda_l1.evaluate import output_memory, settled_outputs, verify
+from cuda_l1.evaluate import output_memory, pinning, settled_outputs, verify
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled, Verified, Verify
 from cuda_l1.evaluate.remote import Unreadable
@@ -169,6 +170,10 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
     """One request to the reference's side (about `calls` calls' work), resumed for it and stopped
     again after."""
     marks = [time.perf_counter()]
+    # A float64 oracle that falls back to the CPU runs on the parent's cores, not the one of the pin
+    # (pinning.spread_side); the side is pinned again, stopped, before anything else runs.
+    core = ref.proc.pinned_core
+    spread = _has_oracle(request) and pinning.spread_side(ref.proc, _cores())
     ref.proc.thaw()
     marks.append(time.perf_counter())
     try:
@@ -181,7 +186,19 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
         marks.append(time.perf_counter())
         if ref.proc.exit_info().reason == "running":
             ref.proc.freeze()
+            if spread:
+                pinning.pin_side(ref.proc, core)
         marks.append(time.perf_counter())
         if spent is not None:
             for key, a, b in zip(("thaw", "request", "freeze"), marks, marks[1:]):
                 spent[key] = spent.get(key, 0.0) + b - a
+
+
+def _has_oracle(request) -> bool:
+    """Whether a request to the reference's side runs the float64 oracle."""
+    return isinstance(request, Oracle) or (isinstance(request, Verify) and any(c.mode == "oracle" for c in request.calls))
+
+
+def _cores() -> set[int]:
+    """The cores this process may use (a side spread for its oracle gets them)."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()

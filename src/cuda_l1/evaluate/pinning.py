@@ -12,11 +12,9 @@ from __future__ import annotations
 import os
 
 
-def pin_side(side, core: int) -> int:
-    """Pin every thread of the stopped `side` (a SideProcess) to `core`; the number pinned. Called
-    while the side is stopped, so no thread can start between listing and pinning. `side.pinned_core`
-    is set only once every thread is pinned (a failed pin is tried again next time)."""
-    pinned = 0
+def _set_affinity(side, cores: set[int]) -> int:
+    """Every thread of the stopped `side` on `cores`; the number set (raises PermissionError)."""
+    done = 0
     for pid in side.tree():
         try:
             tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
@@ -24,13 +22,41 @@ def pin_side(side, core: int) -> int:
             continue  # the process ended
         for tid in tids:
             try:
-                os.sched_setaffinity(tid, {core})
-                pinned += 1
+                os.sched_setaffinity(tid, cores)
+                done += 1
             except ProcessLookupError:
                 pass  # the thread ended
-            except PermissionError as exc:  # an unprivileged parent and a side of another uid
-                side.notes["cpu_core"] = f"not enforced: {exc.strerror}"
-                return pinned
+    return done
+
+
+def pin_side(side, core: int) -> int:
+    """Pin every thread of the stopped `side` (a SideProcess) to `core`; the number pinned. Called
+    while the side is stopped, so no thread can start between listing and pinning. `side.pinned_core`
+    is set only once every thread is pinned (a failed pin is tried again next time)."""
+    try:
+        pinned = _set_affinity(side, {core})
+    except PermissionError as exc:  # an unprivileged parent and a side of another uid
+        side.notes["cpu_core"] = f"not enforced: {exc.strerror}"
+        return 0
     side.pinned_core = core
     side.notes["cpu_core"] = f"{core} while timed (every thread pinned by the parent after the first window)"
     return pinned
+
+
+def spread_side(side, cores: set[int]) -> bool:
+    """Let every thread of the stopped, pinned `side` run on `cores` for one untimed request; True when
+    it did, and then the caller pins it back (pin_side to `side.pinned_core`) once it is stopped again.
+
+    Why: the reference's float64 oracle falls back to the CPU where the device has no room for it (a
+    6 GiB KernelBench input is 36 GiB in float64 with its output and temporaries; beside a CUDA-graph
+    candidate's static buffers an 80 GiB GPU has not), and on the one core of its pin that took 10-25 s
+    a round (benchmarks/results/2026-12-07-h100-oracle-fallback). No window runs while the side is
+    spread: every thread, those the oracle started included, is pinned again before the next one."""
+    if side.pinned_core is None or len(cores) < 2:
+        return False
+    try:
+        _set_affinity(side, set(cores))
+    except PermissionError:  # some threads may be spread already: all of them back on the core
+        pin_side(side, side.pinned_core)
+        return False
+    return True

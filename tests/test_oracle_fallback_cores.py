@@ -1,0 +1,120 @@
+"""A GPU reference side's float64 oracle that falls back to the CPU runs on the parent's cores, not on the
+one core the side is pinned to for its windows, and the side is pinned again before anything else runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from cuda_l1.evaluate import output_checks, pinning
+from cuda_l1.evaluate.config import EvalConfig
+from cuda_l1.evaluate.oracle_run import MAX_ORACLE_THREADS, on_granted_cores
+from cuda_l1.evaluate.protocol import CallToVerify, Oracle, Verified, Verify
+from cuda_l1.evaluate.sandbox import ChildFailure
+from cuda_l1.evaluate.sides import ReferenceFailure
+
+CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+needs_two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs two usable cores")
+
+
+class _Tree:
+    """What pinning needs of a side: its processes and where it is pinned."""
+
+    def __init__(self, pid: int):
+        self.pid, self.pinned_core, self.notes = pid, None, {}
+
+    def tree(self) -> list[int]:
+        return [self.pid]
+
+
+def _affinities(pid: int) -> set[frozenset]:
+    return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+@needs_two_cores
+def test_a_pinned_side_is_spread_over_the_cores_and_pinned_back_thread_by_thread():
+    code = "import threading, time\nfor _ in range(3): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\ntime.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{proc.pid}/task")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        side = _Tree(proc.pid)
+        assert not pinning.spread_side(side, set(CORES))  # never pinned: nothing to undo
+        assert pinning.pin_side(side, CORES[0]) == 4 and _affinities(proc.pid) == {frozenset({CORES[0]})}
+        assert pinning.spread_side(side, set(CORES[:2]))
+        assert _affinities(proc.pid) == {frozenset(CORES[:2])}
+        assert not pinning.spread_side(side, {CORES[0]})  # one core is no spread
+        pinning.pin_side(side, side.pinned_core)
+        assert _affinities(proc.pid) == {frozenset({CORES[0]})} and side.pinned_core == CORES[0]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@needs_two_cores
+def test_the_cpu_oracle_takes_as_many_threads_as_it_has_cores_and_gives_them_back():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with on_granted_cores():
+            assert torch.get_num_threads() == min(len(CORES), MAX_ORACLE_THREADS)
+        assert torch.get_num_threads() == 1
+        with pytest.raises(ValueError), on_granted_cores():
+            raise ValueError("the oracle failed")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+class _Proc:
+    """A reference side's process that records what is done to it."""
+
+    def __init__(self, log: list, fails: bool = False):
+        self.log, self.fails, self.pinned_core, self.alive = log, fails, 3, True
+
+    def thaw(self):
+        self.log.append("thaw")
+
+    def freeze(self):
+        self.log.append("freeze")
+
+    def request(self, msg, timeout, expect):
+        self.log.append("request")
+        if self.fails:
+            self.alive = False
+            raise ChildFailure("runtime_error", "the side died")
+        return Verified(True, calls=[])
+
+    def exit_info(self):
+        return type("Exit", (), {"reason": "running" if self.alive else "exited"})()
+
+
+def _asked(monkeypatch, request, fails: bool = False) -> list:
+    log: list = []
+    monkeypatch.setattr(pinning, "spread_side", lambda side, cores: log.append(("spread", side.pinned_core)) or True)
+    monkeypatch.setattr(pinning, "pin_side", lambda side, core: log.append(("pin", core)))
+    ref = type("Ref", (), {"proc": _Proc(log, fails)})()
+    try:
+        output_checks._ask_reference(ref, request, Verified, EvalConfig(device="cpu"), lambda: 10.0, "failed")
+    except ReferenceFailure:
+        assert fails
+    return log
+
+
+def _call(mode: str) -> CallToVerify:
+    return CallToVerify(ref_index=0, slot=0, mode=mode, bounds=[], seed=1, leaves=[])
+
+
+def test_only_a_request_with_the_oracle_spreads_the_side_and_it_is_pinned_again_once_stopped(monkeypatch):
+    spread_then_pinned = [("spread", 3), "thaw", "request", "freeze", ("pin", 3)]
+    assert _asked(monkeypatch, Verify([_call("spots"), _call("oracle")], 16, {})) == spread_then_pinned
+    assert _asked(monkeypatch, Oracle(0)) == spread_then_pinned
+    assert _asked(monkeypatch, Verify([_call("spots"), _call("full")], 16, {})) == ["thaw", "request", "freeze"]
+    # a side that died answering is neither stopped nor pinned (it is replaced)
+    assert _asked(monkeypatch, Verify([_call("oracle")], 16, {}), fails=True) == [("spread", 3), "thaw", "request"]
