@@ -42,7 +42,7 @@ def test_a_fault_reading_the_candidates_memory_refuses_the_candidate(monkeypatch
     _answered(monkeypatch, Verified(False, FAULT, device_fault=True))
     with pytest.raises(ReferenceFailure) as caught:
         output_checks._verified(None, Verify([], 16, {}), EvalConfig(device="cpu"), lambda: 10.0, None, "verifying")
-    assert (caught.value.kind, caught.value.check) == ("rejected", "outputs_readable")
+    assert (caught.value.kind, caught.value.check, caught.value.device_fault) == ("rejected", "outputs_readable", True)
     assert "faulted on the device" in str(caught.value)
 
 
@@ -80,7 +80,7 @@ def test_the_verdict_is_rejected_and_the_next_candidate_is_judged_beside_a_new_r
         if faults["left"]:
             faults["left"] -= 1
             raise ReferenceFailure("reading the candidate's outputs faulted on the device while comparing "
-                                   f"({FAULT})", "rejected", "outputs_readable")
+                                   f"({FAULT})", "rejected", "outputs_readable", device_fault=True)
         return real(self, round_no)
 
     monkeypatch.setattr(Referee, "verify_round", faulting)
@@ -154,3 +154,85 @@ def test_a_fault_of_the_references_own_oracle_is_not_the_candidates(monkeypatch)
     monkeypatch.setattr(reference_checks, "_context_lost", lambda device: False)
     reply = reference_checks.verify_request(_OracleSide(), request)
     assert reply.ok and "illegal memory access" in reply.oracle_note
+
+
+class _Sticky:
+    """A device fault pending before the request: every synchronisation from the first on raises (sticky)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, device):
+        self.calls += 1
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+
+class _ReadingSide(_OracleSide):
+    """A side whose oracle works; what faults is what was read before (the candidate's memory)."""
+
+    def _oracle_outputs(self, slot, using):
+        import torch
+
+        return [torch.zeros(4)]
+
+
+@pytest.mark.parametrize("request_", [
+    # reads before the oracle: their fault surfaces at the sync before it, as theirs
+    Verify([protocol.CallToVerify(0, 0, "oracle", [-1.0], 7, [])], 16, {}),
+    # no oracle: the fault of the last reads surfaces at the request's final sync
+    Verify([protocol.CallToVerify(0, 0, "full", [-1.0], 7, [])], 16, {}),
+    # the read right after the window: its own sync before the reply
+    Verify([protocol.CallToVerify(0, 0, "settle", [-1.0], 7, [])], 16, {}),
+], ids=["before_the_oracle", "at_the_end", "settle_read"])
+def test_a_fault_pending_from_the_reads_is_the_candidates_wherever_it_surfaces(monkeypatch, request_):
+    sync = _Sticky()
+    monkeypatch.setattr(reference_checks, "_sync", sync)
+    reply = reference_checks.verify_request(_ReadingSide(), request_)
+    assert sync.calls >= 1 and not reply.ok and reply.device_fault, reply
+
+
+def test_a_lost_context_keeps_the_requests_memory_pool(monkeypatch):
+    released = []
+
+    class Pool:
+        def __init__(self, device):
+            self.pool = object()
+
+        def using(self):
+            raise AssertionError("no oracle in this request")
+
+        def release(self):
+            released.append(self.pool)
+
+    monkeypatch.setattr(reference_checks, "OracleMemory", Pool)
+    monkeypatch.setattr(reference_checks, "_sync", _Sticky())
+    kept = len(reference_checks._LOST_POOLS)
+    reply = reference_checks.verify_request(_ReadingSide(), Verify([protocol.CallToVerify(0, 0, "full", [-1.0], 7, [])], 16, {}))
+    assert reply.device_fault and released == [] and len(reference_checks._LOST_POOLS) == kept + 1
+    del reference_checks._LOST_POOLS[kept:]
+    monkeypatch.setattr(reference_checks, "_sync", lambda device: None)
+    reply = reference_checks.verify_request(_ReadingSide(), Verify([protocol.CallToVerify(0, 0, "full", [-1.0], 7, [])], 16, {}))
+    assert reply.ok and len(released) == 1 and len(reference_checks._LOST_POOLS) == kept
+
+
+def test_the_parent_failing_to_give_back_a_buffer_is_a_verdict_not_a_traceback(monkeypatch):
+    from cuda_l1.evaluate import slots
+
+    case = {c.name: c for c in cases("cpu")}["identical"]
+    real, failures = slots.SlotBuffer.close, {"left": 1}
+
+    def close(self):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        return real(self)
+
+    evaluator = Evaluator(case.task(), _quick_cpu_config())
+    try:
+        monkeypatch.setattr(slots.SlotBuffer, "close", close)
+        verdict = evaluator.evaluate(case.source())
+    finally:
+        evaluator.close()
+    assert failures["left"] == 0
+    assert verdict.status == "runtime_error" and verdict.check("evaluator").passed is False
+    assert "could not be given back" in verdict.check("evaluator").detail

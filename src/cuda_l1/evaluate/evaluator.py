@@ -11,6 +11,7 @@ fresh one, both with the same harness (child.py); referee.py runs the rounds bet
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -211,13 +212,16 @@ class Evaluator:
             referee._fail(getattr(failure, "check", "runs_to_completion"), failure.kind, str(failure))
             referee.status = failure.kind
         except ReferenceFailure as failure:
-            device_fault = failure.check != "reference_ran"  # (output_checks._verified: memory it named faulted)
+            device_fault = failure.device_fault  # (output_checks._verified: memory it named faulted)
             beside = "" if device_fault else " (the candidate was running beside it)"
             referee._fail(failure.check, failure.kind, f"{failure}{beside}")
             referee.status = failure.kind
             # Ended, never reused (its context may be lost: reference_checks._context_lost); the next
-            # evaluation starts a new one. A restart here that failed would lose this verdict.
-            env.close_reference(graceful=False)
+            # evaluation starts a new one. A restart here that failed would lose this verdict; so would
+            # an error of the parent's own device calls while ending it (the health check below says so).
+            # Under the gate: a helper thread loading the next candidate reads the side's memory.
+            with self.supply.gate, contextlib.suppress(RuntimeError):
+                env.close_reference(graceful=False)
         except (TaskError, UserError):
             raise
         except Exception as exc:  # noqa: BLE001 - the evaluator never ends an evaluation with a traceback
@@ -233,9 +237,13 @@ class Evaluator:
                     log = cand.close(graceful=referee.status is None)
                 with referee.phase("teardown.buffers"):
                     if referee.cand is not None:
-                        referee.cand.buffer.close()
-                        if referee.cand.ring is not None:
-                            referee.cand.ring.close()
+                        try:
+                            referee.cand.buffer.close()
+                            if referee.cand.ring is not None:
+                                referee.cand.ring.close()
+                        except RuntimeError as exc:  # the parent's device calls failed: a verdict, not a traceback
+                            referee._fail("evaluator", RUNTIME_ERROR, f"the candidate's input buffer could not be "
+                                                                      f"given back: {type(exc).__name__}: {exc}"[:600])
                 # the reference's own harness work per call (timing.resolution_note's floor of a measured call),
                 # read before its side may end (_settle_reference)
                 harness = env.ref.harness_per_call if env.ref is not None else ()

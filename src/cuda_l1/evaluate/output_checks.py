@@ -135,7 +135,7 @@ def _verified(ref: Side, request: Verify, config: EvalConfig, time_left: Callabl
         # that opens and faults when touched is a forged handle's (an edited legacy IPC handle can open
         # one: benchmarks/gpu_hypotheses/handle_sweep.py). The parent's health check of the device follows.
         raise ReferenceFailure(f"reading the candidate's outputs faulted on the device while {doing} "
-                               f"({reply.message[:200]})", REJECTED, "outputs_readable")
+                               f"({reply.message[:200]})", REJECTED, "outputs_readable", device_fault=True)
     if not reply.ok:
         raise ReferenceFailure(f"the reference's side failed while {doing}: " + reply.message)
     if len(reply.calls) != len(request.calls) or any(len(v) != len(c.leaves) for v, c in zip(reply.calls, request.calls)):

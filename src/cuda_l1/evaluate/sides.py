@@ -29,10 +29,12 @@ class ReferenceFailure(Exception):
     the check it fails (another than reference_ran where the candidate made it fail, e.g. memory it
     named that faulted when read). The reference's side is replaced after it either way."""
 
-    def __init__(self, message: str, kind: str = RUNTIME_ERROR, check: str = "reference_ran"):
+    def __init__(self, message: str, kind: str = RUNTIME_ERROR, check: str = "reference_ran",
+                 device_fault: bool = False):
         super().__init__(message)
         self.kind = kind
         self.check = check  # reference_ran: the evaluation failed; another: the candidate's own failure
+        self.device_fault = device_fault  # the side's context was lost reading memory the candidate named
 
 
 @dataclass

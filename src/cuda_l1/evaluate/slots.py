@@ -317,9 +317,9 @@ class SlotBuffer:
         if self._ptr is not None:
             from cuda_l1.evaluate import cudadrv
 
-            torch.cuda.synchronize(self.device)
-            cudadrv.free(self._ptr)
-            self._ptr = None
+            ptr, self._ptr = self._ptr, None
+            torch.cuda.synchronize(self.device)  # (raises on a device in error: the caller's to judge)
+            cudadrv.free(ptr)
         if self._map is not None:
             try:
                 self._map.close()
