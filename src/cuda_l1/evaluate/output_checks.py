@@ -172,7 +172,6 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
     marks = [time.perf_counter()]
     # A float64 oracle that falls back to the CPU runs on the parent's cores, not the one of the pin
     # (pinning.spread_side); the side is pinned again, stopped, before anything else runs.
-    core = ref.proc.pinned_core
     spread = _has_oracle(request) and pinning.spread_side(ref.proc, _cores())
     ref.proc.thaw()
     marks.append(time.perf_counter())
@@ -186,8 +185,8 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
         marks.append(time.perf_counter())
         if ref.proc.exit_info().reason == "running":
             ref.proc.freeze()
-            if spread:
-                pinning.pin_side(ref.proc, core)
+            if spread:  # (spread_side leaves pinned_core as it was)
+                pinning.pin_side(ref.proc, ref.proc.pinned_core)
         marks.append(time.perf_counter())
         if spent is not None:
             for key, a, b in zip(("thaw", "request", "freeze"), marks, marks[1:]):
