@@ -118,3 +118,25 @@ def test_only_a_request_with_the_oracle_spreads_the_side_and_it_is_pinned_again_
     assert _asked(monkeypatch, Verify([_call("spots"), _call("full")], 16, {})) == ["thaw", "request", "freeze"]
     # a side that died answering is neither stopped nor pinned (it is replaced)
     assert _asked(monkeypatch, Verify([_call("oracle")], 16, {}), fails=True) == [("spread", 3), "thaw", "request"]
+
+
+def test_gpu_workers_time_on_cores_of_their_own_and_a_spread_oracle_keeps_off_the_others():
+    cores = [0, 1, 2, 3, 4, 5, 6, 7]
+    workers = ["cuda:0", "cuda:1", "cuda:2"]
+    assigned = [pinning.gpu_worker_cores(workers, i, cores) for i in range(3)]
+    assert [timed for timed, _ in assigned] == [1, 2, 3]  # not core 0, one each
+    assert [busy for _, busy in assigned] == [(2, 3), (1, 3), (1, 2)]
+    assert pinning.gpu_worker_cores(["cuda:0"], 0, cores) == (1, ())
+    config = EvalConfig(device="cuda:0", timed_core=1, busy_cores=(2, 3))
+    if hasattr(os, "sched_getaffinity"):
+        assert output_checks._cores(config) == os.sched_getaffinity(0) - {2, 3}
+
+
+def test_the_spread_gets_the_cores_less_the_other_workers(monkeypatch):
+    given = []
+    monkeypatch.setattr(pinning, "spread_side", lambda side, cores: given.append(set(cores)) or False)
+    monkeypatch.setattr(output_checks, "_cores", lambda config: set(range(8)) - set(config.busy_cores))
+    ref = type("Ref", (), {"proc": _Proc([])})()
+    output_checks._ask_reference(ref, Oracle(0), Verified, EvalConfig(device="cpu", busy_cores=(2, 5)),
+                                 lambda: 10.0, "failed")
+    assert given == [{0, 1, 3, 4, 6, 7}]

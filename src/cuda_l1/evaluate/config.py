@@ -134,10 +134,12 @@ class EvalConfig:
     threads: int | None = setting(None, "CPU threads of each side (default 1 on CPU: both sides share one core)")
     cpu_core: int | None = setting(None, "the core both sides run on from their start (None: on CPU "
                                    "the idlest core; on a GPU see pin_gpu_sides)")
-    busy_cores: tuple[int, ...] = setting((), "cores other CPU workers of the same pool time their sides on: "
+    busy_cores: tuple[int, ...] = setting((), "cores other workers of the same pool time their sides on: "
                                           "while a CPU window runs, the parent waits for each call's ring off "
-                                          "them as well as off its own timed core; where that leaves no core, "
-                                          "it waits on its timed core, asleep, and neither it nor the side polls")
+                                          "them as well as off its own timed core (where that leaves no core, "
+                                          "it waits on its timed core, asleep, and neither it nor the side "
+                                          "polls); on a GPU a reference side spread over the cores for its "
+                                          "float64 oracle keeps off them")
     pin_gpu_sides: bool = setting(True, "on a GPU without cpu_core: after the first (JIT-compiling) window, "
                                   "pin every thread of both sides to one core, the idlest, so CPU a side "
                                   "burns beside its calls (a spinning helper process) is taken from its own calls")

@@ -30,6 +30,7 @@ import time
 from concurrent.futures import Future
 
 from cuda_l1.errors import BrokenTask, RunError
+from cuda_l1.evaluate import pinning
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.jobs import NO_WORKER, TASK_ERROR, EvalJob, EvalPool, EvalResult, deliver, failed_verdict
 from cuda_l1.evaluate.local_worker import STARTED, worker_main
@@ -37,6 +38,7 @@ from cuda_l1.evaluate.task_marks import PreparingMarks
 from cuda_l1.evaluate.verdict import Verdict
 from cuda_l1.evaluate.worker_results import WorkerResults, wait_any
 from cuda_l1.evaluate.worker_slots import exit_text, visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
+
 
 
 class LocalPool(EvalPool):
@@ -102,10 +104,8 @@ class LocalPool(EvalPool):
             mine = cores[index % len(cores)]  # the parent waits for rings off the others' (gating.wait_cores)
             config = dataclasses.replace(config, cpu_core=mine, busy_cores=tuple(sorted(timed - {mine})))
         elif self.workers[index] != "cpu" and config.timed_core is None and hasattr(os, "sched_getaffinity"):
-            # GPU workers pin their sides after the first window: each to a core of its own (not the
-            # first, which often serves interrupts), so workers on different GPUs do not share one.
-            cores = sorted(os.sched_getaffinity(0))
-            config = dataclasses.replace(config, timed_core=cores[(index + 1) % len(cores)])
+            timed, busy = pinning.gpu_worker_cores(self.workers, index, sorted(os.sched_getaffinity(0)))
+            config = dataclasses.replace(config, timed_core=timed, busy_cores=busy)
         marks, results = PreparingMarks(self._ctx), WorkerResults(self._ctx)
         proc = self._ctx.Process(target=worker_main,
                                  args=(self.workers[index], config, inbox, results.writer, os.getpid(), marks),

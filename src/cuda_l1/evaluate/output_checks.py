@@ -172,7 +172,7 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
     marks = [time.perf_counter()]
     # A float64 oracle that falls back to the CPU runs on the parent's cores, not the one of the pin
     # (pinning.spread_side); the side is pinned again, stopped, before anything else runs.
-    spread = _has_oracle(request) and pinning.spread_side(ref.proc, _cores())
+    spread = _has_oracle(request) and pinning.spread_side(ref.proc, _cores(config))
     ref.proc.thaw()
     marks.append(time.perf_counter())
     try:
@@ -198,6 +198,7 @@ def _has_oracle(request) -> bool:
     return isinstance(request, Oracle) or (isinstance(request, Verify) and any(c.mode == "oracle" for c in request.calls))
 
 
-def _cores() -> set[int]:
-    """The cores this process may use (a side spread for its oracle gets them)."""
-    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+def _cores(config: EvalConfig) -> set[int]:
+    """The cores a side spread for its oracle gets: this process's, less those other workers of the pool
+    time their sides on (busy_cores)."""
+    return os.sched_getaffinity(0) - set(config.busy_cores) if hasattr(os, "sched_getaffinity") else set()

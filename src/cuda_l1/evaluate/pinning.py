@@ -60,3 +60,13 @@ def spread_side(side, cores: set[int]) -> bool:
         pin_side(side, side.pinned_core)
         return False
     return True
+
+
+def gpu_worker_cores(workers: list[str], index: int, cores: list[int]) -> tuple[int, tuple[int, ...]]:
+    """A GPU worker's timed core and the other GPU workers' (its busy_cores). GPU workers pin their sides
+    after the first window, each to a core of its own (not the first, which often serves interrupts),
+    so workers on different GPUs do not share one; a reference side spread over the cores for its
+    float64 oracle (pinning.spread_side) keeps off the others', whose windows may be running."""
+    timed = {cores[(i + 1) % len(cores)] for i, kind in enumerate(workers) if kind != "cpu"}
+    mine = cores[(index + 1) % len(cores)]
+    return mine, tuple(sorted(timed - {mine}))
