@@ -141,7 +141,7 @@ class _OracleSide:
 
         self.kept = [torch.zeros(4)]
 
-    def _oracle_outputs(self, slot, using):
+    def _oracle_outputs(self, slot, using, threads=1):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
@@ -170,7 +170,7 @@ class _Sticky:
 class _ReadingSide(_OracleSide):
     """A side whose oracle works; what faults is what was read before (the candidate's memory)."""
 
-    def _oracle_outputs(self, slot, using):
+    def _oracle_outputs(self, slot, using, threads=1):
         import torch
 
         return [torch.zeros(4)]

@@ -11,10 +11,11 @@ import time
 import pytest
 import torch
 
-from cuda_l1.evaluate import output_checks, pinning
+from cuda_l1.evaluate import output_checks, pinning, protocol, validate
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.oracle_run import MAX_ORACLE_THREADS, on_granted_cores
+from cuda_l1.evaluate.oracle_run import on_threads
 from cuda_l1.evaluate.protocol import CallToVerify, Oracle, Verified, Verify
+from cuda_l1.evaluate.validate import ProtocolError
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure
 
@@ -57,19 +58,48 @@ def test_a_pinned_side_is_spread_over_the_cores_and_pinned_back_thread_by_thread
         proc.wait()
 
 
+def _thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
 @needs_two_cores
-def test_the_cpu_oracle_takes_as_many_threads_as_it_has_cores_and_gives_them_back():
+def test_the_cpu_oracle_runs_on_its_own_threads_which_end_with_it():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
+    x = torch.randn(2_000_000, dtype=torch.float64)
     try:
-        with on_granted_cores():
-            assert torch.get_num_threads() == min(len(CORES), MAX_ORACLE_THREADS)
+        torch.sigmoid(x)  # the main thread's own pool as it will be
+        start, seen = _thread_count(), {}
+
+        def forward():
+            seen["threads"], seen["grad"] = torch.get_num_threads(), torch.is_grad_enabled()
+            seen["running"] = _thread_count()
+            return torch.sigmoid(x) * x
+
+        out = on_threads(forward, 2)
+        assert torch.equal(out, torch.sigmoid(x) * x)
+        assert seen["threads"] == 2 and seen["running"] > start
         assert torch.get_num_threads() == 1
-        with pytest.raises(ValueError), on_granted_cores():
-            raise ValueError("the oracle failed")
+        deadline = time.monotonic() + 5
+        while _thread_count() > start and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _thread_count() == start  # raised on the main thread instead, one OpenMP thread stays
+        with pytest.raises(ValueError, match="the oracle failed"):
+            on_threads(lambda: (_ for _ in ()).throw(ValueError("the oracle failed")), 2)
         assert torch.get_num_threads() == 1
+        assert on_threads(lambda: torch.get_num_threads(), 1) == 1  # one thread: where it is called
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_thread_count_travels_validated():
+    assert validate.decode(protocol.encode(Oracle(3, threads=8)), from_side=False) == Oracle(3, threads=8)
+    assert validate.decode({"op": "oracle", "slot": 3}, from_side=False) == Oracle(3)
+    for bad in (0, 17, "8", 2.0):
+        with pytest.raises(ProtocolError):
+            validate.decode({"op": "oracle", "slot": 3, "threads": bad}, from_side=False)
+    request = Verify([], 16, {}, oracle_threads=16)
+    assert validate.decode(protocol.encode(request), from_side=False) == request
 
 
 class _Proc:
@@ -86,6 +116,7 @@ class _Proc:
 
     def request(self, msg, timeout, expect):
         self.log.append("request")
+        self.sent = msg
         if self.fails:
             self.alive = False
             raise ChildFailure("runtime_error", "the side died")
@@ -95,15 +126,18 @@ class _Proc:
         return type("Exit", (), {"reason": "running" if self.alive else "exited"})()
 
 
-def _asked(monkeypatch, request, fails: bool = False) -> list:
+def _asked(monkeypatch, request, fails: bool = False, spreads: bool = True) -> list:
     log: list = []
-    monkeypatch.setattr(pinning, "spread_side", lambda side, cores: log.append(("spread", side.pinned_core)) or True)
+    monkeypatch.setattr(output_checks, "_cores", lambda config: {0, 1, 2, 3, 4})
+    monkeypatch.setattr(pinning, "spread_side", lambda side, cores: log.append(("spread", side.pinned_core)) or spreads)
     monkeypatch.setattr(pinning, "pin_side", lambda side, core: log.append(("pin", core)))
     ref = type("Ref", (), {"proc": _Proc(log, fails)})()
     try:
         output_checks._ask_reference(ref, request, Verified, EvalConfig(device="cpu"), lambda: 10.0, "failed")
     except ReferenceFailure:
         assert fails
+    sent = ref.proc.sent
+    log.append(("threads", sent.threads if isinstance(sent, Oracle) else sent.oracle_threads))
     return log
 
 
@@ -112,12 +146,14 @@ def _call(mode: str) -> CallToVerify:
 
 
 def test_only_a_request_with_the_oracle_spreads_the_side_and_it_is_pinned_again_once_stopped(monkeypatch):
-    spread_then_pinned = [("spread", 3), "thaw", "request", "freeze", ("pin", 3)]
+    spread_then_pinned = [("spread", 3), "thaw", "request", "freeze", ("pin", 3), ("threads", 5)]
     assert _asked(monkeypatch, Verify([_call("spots"), _call("oracle")], 16, {})) == spread_then_pinned
     assert _asked(monkeypatch, Oracle(0)) == spread_then_pinned
-    assert _asked(monkeypatch, Verify([_call("spots"), _call("full")], 16, {})) == ["thaw", "request", "freeze"]
+    assert _asked(monkeypatch, Verify([_call("spots"), _call("full")], 16, {})) == ["thaw", "request", "freeze", ("threads", 1)]
+    # not spread (an unpinned side, one core): the oracle keeps one thread, and nothing is pinned back
+    assert _asked(monkeypatch, Oracle(0), spreads=False) == [("spread", 3), "thaw", "request", "freeze", ("threads", 1)]
     # a side that died answering is neither stopped nor pinned (it is replaced)
-    assert _asked(monkeypatch, Verify([_call("oracle")], 16, {}), fails=True) == [("spread", 3), "thaw", "request"]
+    assert _asked(monkeypatch, Verify([_call("oracle")], 16, {}), fails=True) == [("spread", 3), "thaw", "request", ("threads", 5)]
 
 
 def test_gpu_workers_time_on_cores_of_their_own_and_a_spread_oracle_keeps_off_the_others():

@@ -261,24 +261,27 @@ class Side:
         describer.window_done(calls)
         return outs, calls, fast
 
-    def _oracle_outputs(self, slot: int, memory=contextlib.nullcontext):
+    def _oracle_outputs(self, slot: int, memory=contextlib.nullcontext, threads: int = 1):
         """The slot's outputs computed in float64, on the device, else on the CPU (reference side only).
         `memory`: where the computation allocates on the device (the model's float64 copy, kept for
-        later rounds, is made outside it)."""
+        later rounds, is made outside it); `threads`: CPU threads of a GPU side's fallback (oracle_run.on_threads)."""
         import torch
 
         from cuda_l1.evaluate.inputs import double_model, to_double
-        from cuda_l1.evaluate.oracle_run import forward_in_float64, on_granted_cores
+        from cuda_l1.evaluate.oracle_run import forward_in_float64, on_threads
 
         errors = []
         for device in ([self.device, "cpu"] if self.device != "cpu" else ["cpu"]):
             try:
                 if self.oracle_model is None or self.oracle_model[0] != device:
                     self.oracle_model = (device, double_model(self.model, device))
-                on_host = on_granted_cores() if self.device != "cpu" else contextlib.nullcontext()  # a fallback
-                with torch.no_grad(), (memory() if device.startswith("cuda") else on_host):
-                    args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
-                    out = forward_in_float64(self.oracle_model[1], args)
+
+                def forward(device=device):
+                    with torch.no_grad(), (memory() if device.startswith("cuda") else contextlib.nullcontext()):
+                        args = [to_double(a.to(device)) if isinstance(a, torch.Tensor) else a for a in self.slots[slot]]
+                        return forward_in_float64(self.oracle_model[1], args)
+
+                out = on_threads(forward, threads if device == "cpu" and self.device != "cpu" else 1)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 return out
@@ -291,7 +294,7 @@ class Side:
         self.oracle_kept = None
         try:
             self.oracle_kept = (in_own_arena(self._oracle_outputs, msg.slot) if self.device == "cpu"
-                                else self._oracle_outputs(msg.slot))  # a thread's current GPU is device 0
+                                else self._oracle_outputs(msg.slot, threads=msg.threads))  # a thread's current GPU is device 0
         except RuntimeError as exc:
             self.send(Oracled(False, str(exc)))
             return

@@ -13,9 +13,8 @@ and a bfloat16 candidate passed). Other failures (no float64 kernel, out of memo
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
+import threading
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -59,20 +58,28 @@ def forward_in_float64(model, args: list):
             raise first from None
 
 
-MAX_ORACLE_THREADS = 16  # a host's worker per GPU may each fall back at once
+def on_threads(forward, threads: int):
+    """`forward()` for a GPU side's float64 oracle fallen back to the CPU, with `threads` torch CPU threads
+    (the parent spread the side over as many cores for the request: pinning.spread_side). It runs on a
+    thread of its own, which ends after it, and its OpenMP worker threads with it: raised on the side's
+    main thread, the count left them alive, pinned back onto the timed core beside the reference's windows.
+    Grad mode is per thread: `forward` sets its own."""
+    if threads <= 1:
+        return forward()
+    done: dict = {}
 
+    def body():
+        torch.set_num_threads(threads)
+        try:
+            done["value"] = forward()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the calling thread
+            done["error"] = exc
 
-@contextlib.contextmanager
-def on_granted_cores():
-    """torch's CPU threads as many as the cores this process may use now, as before after: for a GPU
-    side's float64 oracle that fell back to the CPU, which the parent lets run on its cores for the
-    request (pinning.spread_side) and otherwise runs on the one core of the side's pin."""
     before = torch.get_num_threads()
-    granted = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else before, MAX_ORACLE_THREADS)
-    if granted > before:
-        torch.set_num_threads(granted)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
+    worker = threading.Thread(target=body, name="cuda-l1-oracle", daemon=True)
+    worker.start()
+    worker.join()
+    torch.set_num_threads(before)
+    if "error" in done:
+        raise done["error"]
+    return done["value"]

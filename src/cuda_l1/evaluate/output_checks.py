@@ -16,7 +16,7 @@ from typing import Callable
 
 from cuda_l1.evaluate import output_memory, pinning, settled_outputs, verify
 from cuda_l1.evaluate.config import EvalConfig
-from cuda_l1.evaluate.protocol import CallToVerify, LeafVerdict, Oracle, Oracled, Verified, Verify
+from cuda_l1.evaluate.protocol import MAX_ORACLE_THREADS, CallToVerify, LeafVerdict, Oracle, Oracled, Verified, Verify
 from cuda_l1.evaluate.remote import Unreadable
 from cuda_l1.evaluate.sandbox import ChildFailure
 from cuda_l1.evaluate.sides import ReferenceFailure, Side
@@ -172,7 +172,12 @@ def _ask_reference(ref: Side, request, expect: type, config: EvalConfig, time_le
     marks = [time.perf_counter()]
     # A float64 oracle that falls back to the CPU runs on the parent's cores, not the one of the pin
     # (pinning.spread_side); the side is pinned again, stopped, before anything else runs.
-    spread = _has_oracle(request) and pinning.spread_side(ref.proc, _cores(config))
+    cores = _cores(config) if _has_oracle(request) else set()
+    spread = bool(cores) and pinning.spread_side(ref.proc, cores)
+    if spread:  # and the oracle's CPU threads as many (by default one: an unpinned side is not narrowed)
+        threads = min(len(cores), MAX_ORACLE_THREADS)
+        request = (dataclasses.replace(request, threads=threads) if isinstance(request, Oracle)
+                   else dataclasses.replace(request, oracle_threads=threads))
     ref.proc.thaw()
     marks.append(time.perf_counter())
     try:

@@ -35,8 +35,9 @@ def pin_side(side, core: int) -> int:
     is set only once every thread is pinned (a failed pin is tried again next time)."""
     try:
         pinned = _set_affinity(side, {core})
-    except PermissionError as exc:  # an unprivileged parent and a side of another uid
+    except OSError as exc:  # an unprivileged parent and a side of another uid; a core outside a cpuset
         side.notes["cpu_core"] = f"not enforced: {exc.strerror}"
+        side.pinned_core = None  # tried again before the next window (task_env.pin_for_timing)
         return 0
     side.pinned_core = core
     side.notes["cpu_core"] = f"{core} while timed (every thread pinned by the parent after the first window)"
@@ -51,12 +52,13 @@ def spread_side(side, cores: set[int]) -> bool:
     6 GiB KernelBench input is 36 GiB in float64 with its output and temporaries; beside a CUDA-graph
     candidate's static buffers an 80 GiB GPU has not), and on the one core of its pin that took 10-25 s
     a round (benchmarks/results/2026-12-07-h100-oracle-fallback). No window runs while the side is
-    spread: every thread, those the oracle started included, is pinned again before the next one."""
+    spread: every thread is pinned again before the next one, and the oracle's CPU threads end with the
+    thread it ran on (oracle_run.on_threads), so none is left beside the reference's windows."""
     if side.pinned_core is None or len(cores) < 2:
         return False
     try:
         _set_affinity(side, set(cores))
-    except PermissionError:  # some threads may be spread already: all of them back on the core
+    except OSError:  # some threads may be spread already: all of them back on the core
         pin_side(side, side.pinned_core)
         return False
     return True

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 
 MAX_LEAVES = 1024  # output or input leaves of one call
 MAX_CALLS = 4096  # calls of one window
+MAX_ORACLE_THREADS = 16  # CPU threads of a float64 oracle fallen back to the CPU (a host's worker per GPU may each)
 INPUT_SHIFT_SPAN = 4096  # bytes of a CPU input buffer past its slots, for the round's shift (slots.py)
 INPUT_SHIFT_STEP = 64  # a shift is a multiple of this: PyTorch's own CPU alignment
 MAX_INPUT_SHIFT = INPUT_SHIFT_SPAN - INPUT_SHIFT_STEP
@@ -144,6 +145,7 @@ class Oracle:
     """Parent -> reference side: compute this slot's outputs in float64 and keep them for reading."""
 
     slot: int
+    threads: int = 1  # torch CPU threads for a fallback to the CPU (the parent spread the side over as many cores)
     op: str = "oracle"
 
 
@@ -170,6 +172,7 @@ class Verify:
     spots: int
     tolerance: dict  # precision.ToleranceConfig fields
     input_handle: str = ""  # the candidate's input buffer: no output may lie in it, under any handle
+    oracle_threads: int = 1  # as Oracle.threads, for this request's float64 oracle
     op: str = "verify"
 
 

@@ -122,7 +122,7 @@ def _verify(side, msg: Verify, memory: OracleMemory) -> Verified:
             started = time.perf_counter()
             _sync(side.device)  # a fault of the reads before it surfaces here, as theirs
             try:
-                _, oracle = flatten_outputs(side._oracle_outputs(call.slot, memory.using))
+                _, oracle = flatten_outputs(side._oracle_outputs(call.slot, memory.using, msg.oracle_threads))
                 _sync(side.device)  # and one of the oracle's own work here, as its own
             except RuntimeError as exc:
                 if _context_lost(side.device):

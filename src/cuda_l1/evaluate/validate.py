@@ -14,7 +14,7 @@ from dataclasses import fields
 
 from cuda_l1.evaluate import describe
 from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, INPUT_SHIFT_STEP, MAX_CALLS, MAX_DIMS, MAX_INPUT_SHIFT,
-                                       MAX_LEAVES, MAX_TEXT, MODULE_MODES, BuildReply, BuildRequest, Bye, CallOutputs,
+                                       MAX_LEAVES, MAX_ORACLE_THREADS, MAX_TEXT, MODULE_MODES, BuildReply, BuildRequest, Bye, CallOutputs,
                                        CallToVerify, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded, MapInputs,
                                        Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup, Verified,
                                        Verify)
@@ -279,7 +279,7 @@ def _shift(v) -> int:
 
 def _check_oracle(h) -> Oracle:
     _fields(Oracle, h)
-    return Oracle(_int(h.get("slot"), "slot", 0, MAX_CALLS))
+    return Oracle(_int(h.get("slot"), "slot", 0, MAX_CALLS), _int(h.get("threads", 1), "threads", 1, MAX_ORACLE_THREADS))
 
 
 def _check_build_reply(h) -> BuildReply:
@@ -313,7 +313,8 @@ def _check_verify(h) -> Verify:
     if type(tol) is not dict:
         raise ProtocolError("verify: tolerance must be an object")
     return Verify([_check_call_to_verify(c) for c in _list(h.get("calls"), "calls", MAX_CALLS)],
-                  _int(h.get("spots"), "spots", 0, 1 << 20), tol, _str(h.get("input_handle", ""), "input_handle", 256))
+                  _int(h.get("spots"), "spots", 0, 1 << 20), tol, _str(h.get("input_handle", ""), "input_handle", 256),
+                  _int(h.get("oracle_threads", 1), "oracle_threads", 1, MAX_ORACLE_THREADS))
 
 
 def _leaf_verdict(d) -> LeafVerdict:
