@@ -66,6 +66,8 @@ py="${PYTHON:-python3}"
   "$py" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
   date -u +%Y-%m-%dT%H:%M:%SZ
   git rev-parse HEAD 2>/dev/null
+  # which files ran (a copy's git metadata may name another commit): compare with the same line run locally
+  echo "src sha256 $(find src -name '*.py' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-16)"
 } > "$out/environment.txt" 2>&1
 
 step() {  # step NAME SECONDS COMMAND...
