@@ -40,7 +40,6 @@ from cuda_l1.evaluate.worker_results import WorkerResults, wait_any
 from cuda_l1.evaluate.worker_slots import exit_text, visible_gpus, worker_devices  # noqa: F401 (visible_gpus: pool.py)
 
 
-
 class LocalPool(EvalPool):
     """One worker process per device slot on this host."""
 

@@ -13,7 +13,8 @@ import os
 
 
 def _set_affinity(side, cores: set[int]) -> int:
-    """Every thread of the stopped `side` on `cores`; the number set (raises PermissionError)."""
+    """Every thread of the stopped `side` on `cores`; the number set (raises OSError: no permission, a core
+    outside the cpuset)."""
     done = 0
     for pid in side.tree():
         try:

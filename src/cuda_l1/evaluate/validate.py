@@ -14,10 +14,10 @@ from dataclasses import fields
 
 from cuda_l1.evaluate import describe
 from cuda_l1.evaluate.protocol import (DTYPES, HANDLE_HEX, INPUT_SHIFT_STEP, MAX_CALLS, MAX_DIMS, MAX_INPUT_SHIFT,
-                                       MAX_LEAVES, MAX_ORACLE_THREADS, MAX_TEXT, MODULE_MODES, BuildReply, BuildRequest, Bye, CallOutputs,
-                                       CallToVerify, Confined, LeafRef, LeafSpec, LeafVerdict, Loaded, MapInputs,
-                                       Mapped, Oracle, Oracled, ProtocolError, Ran, Release, Run, Setup, Verified,
-                                       Verify)
+                                       MAX_LEAVES, MAX_ORACLE_THREADS, MAX_TEXT, MODULE_MODES, BuildReply,
+                                       BuildRequest, Bye, CallOutputs, CallToVerify, Confined, LeafRef, LeafSpec,
+                                       LeafVerdict, Loaded, MapInputs, Mapped, Oracle, Oracled, ProtocolError, Ran,
+                                       Release, Run, Setup, Verified, Verify)
 from cuda_l1.text import encodable
 
 _HANDLE = re.compile(f"[0-9a-f]{{{HANDLE_HEX}}}")
