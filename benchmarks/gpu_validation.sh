@@ -5,7 +5,9 @@
 #   smoke       two verdicts (identical matmul, side-stream hiding) with their logs; the steps after it
 #               are skipped when identical code is not accepted, since nothing else could be judged
 #   gpu-tests   the GPU-marked evaluator tests (builds, the launch share, the oracle's memory, probe trials forked
-#               from the fork server, adversarial corpus on the GPU, faults, identical code; about 490 s on an H100)
+#               from the fork server, the GPU corpus, faults, identical code), all but the CPU corpus's cases
+#   gpu-tests-cpu-corpus  the GPU-marked tests of the CPU corpus's cases run on the GPU (test_cpu_corpus_on_gpu);
+#               together the two took more than 470 s on an H100, so each has a step (and a call) of its own
 #   gpu-corpus  verdicts on the GPU corpus with full timing (one JSON line each; GPU_CORPUS_NAMES: some, comma-separated)
 #   cpu-corpus  the CPU corpus's cheats run on the GPU (quick timing; CPU_CORPUS_NAMES: some)
 #   identical   identical code over the built-in suite (raw within 2% / scored 1.00)
@@ -57,7 +59,7 @@ script_start=$(date +%s)
 out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
 shift
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-tests gpu-corpus sizes identical throughput main-job)
+[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-tests gpu-tests-cpu-corpus gpu-corpus sizes identical throughput main-job)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 py="${PYTHON:-python3}"
@@ -67,7 +69,8 @@ py="${PYTHON:-python3}"
   date -u +%Y-%m-%dT%H:%M:%SZ
   git rev-parse HEAD 2>/dev/null
   # which files ran (a copy's git metadata may name another commit): compare with the same line run locally
-  echo "src sha256 $(find src -name '*.py' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-16)"
+  # (LC_ALL=C: the order of the files, hence the sum, must not depend on the machine's locale)
+  echo "src sha256 $(LC_ALL=C find src -name '*.py' -print0 | LC_ALL=C sort -z | xargs -0 cat | sha256sum | cut -c1-16)"
 } > "$out/environment.txt" 2>&1
 
 step() {  # step NAME SECONDS COMMAND...
@@ -148,9 +151,11 @@ for s in "${steps[@]}"; do
         tail -c 4000 "$out/smoke.log"
         exit 1
       fi ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_S:-560}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 -rfEx \
-        tests/test_build.py tests/test_launch_share.py tests/test_oracle_memory.py tests/test_fork_server.py \
-        tests/test_adversarial_gpu.py ;;
+    gpu-tests) step gpu-tests "${GPU_TESTS_S:-480}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 -rfEx \
+        --durations 15 -k "not test_cpu_corpus_on_gpu" tests/test_build.py tests/test_launch_share.py \
+        tests/test_oracle_memory.py tests/test_fork_server.py tests/test_adversarial_gpu.py ;;
+    gpu-tests-cpu-corpus) step gpu-tests-cpu-corpus "${GPU_CPU_CORPUS_TESTS_S:-480}" "$py" -m pytest -m gpu -q \
+        -p no:cacheprovider --timeout 120 -rfEx --durations 15 tests/test_adversarial_gpu.py -k test_cpu_corpus_on_gpu ;;
     gpu-corpus) step gpu-corpus "${GPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind gpu \
         ${GPU_CORPUS_NAMES:+--names "$GPU_CORPUS_NAMES"} --out "$out/gpu-corpus.jsonl" ;;
     cpu-corpus) step cpu-corpus "${CPU_CORPUS_S:-300}" "$py" benchmarks/corpus_verdicts.py --device cuda --kind cpu \
