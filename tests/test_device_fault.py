@@ -236,3 +236,44 @@ def test_the_parent_failing_to_give_back_a_buffer_is_a_verdict_not_a_traceback(m
     assert failures["left"] == 0
     assert verdict.status == "runtime_error" and verdict.check("evaluator").passed is False
     assert "could not be given back" in verdict.check("evaluator").detail
+
+
+def test_a_faulted_reference_is_let_go_even_when_its_buffer_cannot_be_given_back(monkeypatch):
+    # After a fault the device is in error, and giving back the reference's input buffer raises: the side
+    # must still be let go (and its ring closed), or the next evaluation meets the dead side.
+    from cuda_l1.evaluate import slots
+
+    case = {c.name: c for c in cases("cpu")}["identical"]
+    config = _quick_cpu_config()
+    config.fresh_reference = False  # a GPU's default: the side would serve the next candidate too
+    real_verify, real_close = Referee.verify_round, slots.SlotBuffer.close
+    faults, failed_closes = {"left": 1}, []
+
+    def faulting(self, round_no):
+        if faults["left"]:
+            faults["left"] -= 1
+            raise ReferenceFailure(f"reading the candidate's outputs faulted ({FAULT})", "rejected",
+                                   "outputs_readable", device_fault=True)
+        return real_verify(self, round_no)
+
+    evaluator = Evaluator(case.task(), config)
+    faulted = evaluator.env.ref
+
+    def close(self):
+        if faulted is not None and self is faulted.buffer and not failed_closes:
+            failed_closes.append(self)
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        return real_close(self)
+
+    monkeypatch.setattr(Referee, "verify_round", faulting)
+    monkeypatch.setattr(slots.SlotBuffer, "close", close)
+    try:
+        first = evaluator.evaluate(case.source())
+        assert failed_closes, "the faulted side's buffer was not given back"
+        assert evaluator.env.ref is None or evaluator.env.ref is not faulted
+        second = evaluator.evaluate(case.source())
+    finally:
+        evaluator.close()
+    assert first.status == "rejected" and first.check("outputs_readable").passed is False, first.reasons
+    assert first.check("evaluator") is None
+    assert second.status == "ok", second.reasons

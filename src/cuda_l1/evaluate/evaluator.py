@@ -11,7 +11,6 @@ fresh one, both with the same harness (child.py); referee.py runs the rounds bet
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -217,10 +216,10 @@ class Evaluator:
             referee._fail(failure.check, failure.kind, f"{failure}{beside}")
             referee.status = failure.kind
             # Ended, never reused (its context may be lost: reference_checks._context_lost); the next
-            # evaluation starts a new one. A restart here that failed would lose this verdict; so would
-            # an error of the parent's own device calls while ending it (the health check below says so).
+            # evaluation starts a new one. A restart here that failed would lose this verdict (ending it
+            # raises no device error: TaskEnv.close_reference; the health check below reports the device).
             # Under the gate: a helper thread loading the next candidate reads the side's memory.
-            with self.supply.gate, contextlib.suppress(RuntimeError):
+            with self.supply.gate:
                 env.close_reference(graceful=False)
         except (TaskError, UserError):
             raise

@@ -343,13 +343,23 @@ class TaskEnv:
             torch.cuda.synchronize(self.device)
 
     def close_reference(self, graceful: bool = True) -> None:
-        if self.ref is not None:
-            self.ref.memory.close()
-            self.ref.proc.close(graceful=graceful)
-            self.ref.buffer.close()
-            if self.ref.ring is not None:
-                self.ref.ring.close()
-            self.ref = None
+        """End the reference's side and give back what the parent holds for it. It is let go first and every
+        part is closed whatever another raised: a device in error (a side ended for a fault) fails giving
+        back its input buffer, which left the dead side in place, its ring open, for the next evaluation
+        to trip over. Such a device error is not raised: the parent's health check reports the device."""
+        ref, self.ref = self.ref, None
+        if ref is None:
+            return
+        try:
+            ref.memory.close()
+            ref.proc.close(graceful=graceful)
+        finally:
+            try:
+                with contextlib.suppress(RuntimeError):
+                    ref.buffer.close()
+            finally:
+                if ref.ring is not None:
+                    ref.ring.close()
 
     def close(self) -> None:
         self.close_reference()
