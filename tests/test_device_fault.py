@@ -277,3 +277,18 @@ def test_a_faulted_reference_is_let_go_even_when_its_buffer_cannot_be_given_back
     assert first.status == "rejected" and first.check("outputs_readable").passed is False, first.reasons
     assert first.check("evaluator") is None
     assert second.status == "ok", second.reasons
+
+
+@pytest.mark.parametrize("device_fault, healthy, status", [(True, True, "rejected"), (True, False, "runtime_error"),
+                                                           (False, False, "runtime_error"), (False, True, "timeout")])
+def test_a_device_fault_is_the_candidates_only_while_the_device_is_healthy(device_fault, healthy, status):
+    from cuda_l1.evaluate.evaluator import judge_device_health
+    from cuda_l1.evaluate.verdict import Verdict
+
+    before = "rejected" if device_fault else ("runtime_error" if not healthy else "timeout")
+    verdict = Verdict(status=before, reasons=["reading the candidate's outputs faulted"])
+    judge_device_health(verdict, healthy, "ok" if healthy else "AcceleratorError: CUDA error", device_fault)
+    assert verdict.status == status
+    assert verdict.check("gpu_health_after").passed is healthy
+    assert verdict.check("gpu_health_after").blocking is False
+    assert ("the GPU itself failed" in verdict.reasons[0]) is (device_fault and not healthy)

@@ -85,6 +85,17 @@ def merge_remeasure(first: Verdict, again: Verdict, where: str) -> Verdict:
     return merged
 
 
+def judge_device_health(verdict: Verdict, healthy: bool, note: str, device_fault: bool) -> None:
+    """Record the parent's health check of the GPU after a failed evaluation. A device fault met reading
+    the candidate's memory is the candidate's refusal only while the device itself is healthy: where the
+    whole device failed, the evaluation failed (runtime_error), not the candidate."""
+    verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
+    if device_fault and not healthy:
+        verdict.status = RUNTIME_ERROR
+        verdict.reasons.insert(0, "the GPU itself failed a health check after the reference's side faulted: "
+                                  "the evaluation failed, not the candidate")
+
+
 class Evaluator:
     """Evaluates any number of candidates for one task; the reference's side is prepared once."""
 
@@ -266,11 +277,7 @@ class Evaluator:
             if config.device.startswith("cuda") and (referee.status in (RUNTIME_ERROR, TIMEOUT) or device_fault):
                 with referee.phase("gpu_health"):
                     healthy, note = gpu_healthy(config.device)
-                verdict.checks.append(Check("gpu_health_after", healthy, note, blocking=False))
-                if device_fault and not healthy:  # the device failed, not only the memory it named
-                    verdict.status = RUNTIME_ERROR
-                    verdict.reasons.insert(0, "the GPU itself failed a health check after the reference's side "
-                                              "faulted: the evaluation failed, not the candidate")
+                judge_device_health(verdict, healthy, note, device_fault)
         elif referee.estimate is None:  # timing disabled: correct, not timed
             verdict.status = OK
             verdict.timing = {**referee.timing, **verdict.timing}
