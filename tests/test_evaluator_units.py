@@ -1215,3 +1215,20 @@ def test_a_calls_outputs_are_read_once_over_the_union_of_their_spans_within_one_
     assert torch.equal(got[0], buf[:, 0]) and isinstance(got[1], Unreadable) and reads == [(63 * 32 + 1) * 4]
     # Two outputs, each a view of its own buffer with three times its rows' pitch, are read.
     assert output_memory.read_limit([16 << 20, 16 << 20]) >= 2 * 3 * (16 << 20)
+
+
+@pytest.mark.timeout(60)
+def test_the_static_scan_takes_time_linear_in_the_source():
+    # It runs in the parent before the evaluation's deadline: a line of `compile(` repeated made an
+    # unbounded span quadratic (12 s at 256 KB, 38 s at 512 KB); a 1 MiB line took minutes.
+    from cuda_l1.evaluate import static_scan
+
+    line = "# " + "compile(" * ((1 << 17) - 8)  # just under what is scanned
+    assert static_scan.scan("import torch\n" + line + "\n") == {}
+    huge = "x = 1\n" * (1 << 19) + "import threading\n"  # past what is scanned: named, not read whole
+    findings = static_scan.scan(huge)
+    assert findings["size"] == ["3.0 MiB of source; its first 1 MiB scanned"]
+    assert "threads or processes" not in findings
+    near = static_scan.scan("a = 1\ny = compile(src, 'f', 'exec')\r\nimport threading\n")
+    assert near == {"harness inspection": ["line 2: y = compile(src, 'f', 'exec')"],
+                    "threads or processes": ["line 3: import threading"]}
