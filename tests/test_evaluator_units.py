@@ -1232,3 +1232,48 @@ def test_the_static_scan_takes_time_linear_in_the_source():
     near = static_scan.scan("a = 1\ny = compile(src, 'f', 'exec')\r\nimport threading\n")
     assert near == {"harness inspection": ["line 2: y = compile(src, 'f', 'exec')"],
                     "threads or processes": ["line 3: import threading"]}
+
+
+def test_a_reference_whose_outputs_ignore_its_inputs_is_named_in_its_verdicts():
+    # KernelBench level 2 task 66: a softmax over a dimension of size 1 is all ones whatever the input, so a
+    # candidate returning ones is correct (it scored 8-9x). Not refused: the verdict says it is the task's.
+    from cuda_l1.evaluate.config import EvalConfig, TimingConfig
+    from cuda_l1.evaluate.evaluator import evaluate
+    from cuda_l1.tasks import Task
+    from cuda_l1.tasks.runtime import load_task_module, run_reference_once
+
+    source = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, 16)
+
+    def forward(self, x):
+        return torch.softmax(self.linear(x).mean(dim=1, keepdim=True), dim=1)
+
+
+def get_inputs():
+    return [torch.randn(32, 24)]
+
+
+def get_init_inputs():
+    return [24]
+"""
+    run = lambda text: run_reference_once(load_task_module(Task(name="t", level=2, source=text)), "t.py")  # noqa: E731
+    assert run(source).ignores_inputs is True
+    assert run(source.replace("dim=1)\n", "dim=0)\n")).ignores_inputs is False  # over the batch: it depends
+    ones = "import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self, n):\n        super().__init__()\n" \
+           "    def forward(self, x):\n        return torch.ones(x.shape[0], 1)\n"
+    config = EvalConfig(device="cpu", timing=TimingConfig(enabled=False))
+    verdict = evaluate(Task(name="t", level=2, source=source), ones, config)
+    assert verdict.status == "ok", verdict.reasons
+    check = verdict.check("reference_uses_inputs")
+    assert check is not None and check.passed is False and check.blocking is False
+    over_batch = source.replace("dim=1)\n", "dim=0)\n")
+    honest = evaluate(Task(name="t", level=2, source=over_batch), over_batch.replace("class Model(", "class ModelNew("),
+                      config)
+    assert honest.status == "ok" and honest.check("reference_uses_inputs") is None

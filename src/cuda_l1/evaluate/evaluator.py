@@ -85,6 +85,10 @@ def merge_remeasure(first: Verdict, again: Verdict, where: str) -> Verdict:
     return merged
 
 
+IGNORES_INPUTS = ("the reference's outputs were the same for two draws of its inputs: they do not depend on them, "
+                  "so a candidate returning a constant is correct on this task (the task's doing, not the candidate's)")
+
+
 def judge_device_health(verdict: Verdict, healthy: bool, note: str, device_fault: bool) -> None:
     """Record the parent's health check of the GPU after a failed evaluation. A device fault met reading
     the candidate's memory is the candidate's refusal only while the device itself is healthy: where the
@@ -268,6 +272,8 @@ class Evaluator:
         verdict.sandbox["started"] = "forked" if isinstance(cand.proc, ForkedProcess) else "fresh interpreter"
         if isinstance(cand.proc, ForkedProcess) and cand.proc.server.preloaded:
             verdict.sandbox["preloaded"] = ", ".join(cand.proc.server.preloaded)
+        if getattr(env, "ignores_inputs", False):
+            verdict.checks.append(Check("reference_uses_inputs", False, IGNORES_INPUTS, blocking=False))
         verdict.sandbox["memory"] = {"limit_bytes": cand.memory_limit, "peak_bytes": cand.peak_memory,
                                      "reference_peak_bytes": env.reference_peak}
         if referee.builds:

@@ -187,6 +187,7 @@ class FirstRun:
 
     output_bytes: int  # the call's tensor outputs (what the input slots are budgeted on: see TaskEnv)
     launch_share: float | None = None  # on a GPU, when asked: how launch-bound it is (launch_share.py)
+    ignores_inputs: bool = False  # its outputs were the same for a second draw of its inputs (see below)
 
 
 def run_reference_once(module: types.ModuleType, origin: str, device: str = "cpu", seed: int = 0,
@@ -254,10 +255,19 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
                         "state between calls, and no candidate can be checked against it", path=origin)
     from cuda_l1.evaluate.launch_share import SLOW_S, launch_share
 
-    if not (measure_launches and device.startswith("cuda")) or first_s > SLOW_S:
-        return FirstRun(output_bytes)
-
-    return FirstRun(output_bytes, _again(lambda: launch_share(lambda: model(*args), device), origin))
+    share = None
+    if measure_launches and device.startswith("cuda") and first_s <= SLOW_S:
+        share = _again(lambda: launch_share(lambda: model(*args), device), origin)
+    # Other inputs (another seed's draw): outputs that stay the same do not depend on the inputs (KernelBench
+    # level 2's softmax over a dimension of size 1 is all ones). Any constant is then correct, and a
+    # candidate returning one scored 8-9x: the task's doing, not a cheat, so verdicts say so (not refused).
+    # One input set at a time: the first is let go before the second is drawn.
+    args = None
+    other = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed + 1, origin, "get_inputs", device),
+                               origin)
+    same = _again(lambda: first_difference(sample, output_sample(inputs_mod.flatten_outputs(model(*other))[1])),
+                  origin) is None
+    return FirstRun(output_bytes, share, ignores_inputs=same)
 
 
 def _again(calls, origin: str):
