@@ -1266,6 +1266,7 @@ def get_init_inputs():
     run = lambda text: run_reference_once(load_task_module(Task(name="t", level=2, source=text)), "t.py")  # noqa: E731
     assert run(source).ignores_inputs is True
     assert run(source.replace("dim=1)\n", "dim=0)\n")).ignores_inputs is False  # over the batch: it depends
+    assert run(source.replace("torch.randn(32, 24)", "torch.ones(32, 24)")).ignores_inputs is False  # cannot tell
     ones = "import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self, n):\n        super().__init__()\n" \
            "    def forward(self, x):\n        return torch.ones(x.shape[0], 1)\n"
     config = EvalConfig(device="cpu", timing=TimingConfig(enabled=False))
