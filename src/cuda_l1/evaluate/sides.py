@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cuda_l1.evaluate import output_memory, timing
+from cuda_l1.evaluate import output_memory, sigstop, timing
 from cuda_l1.evaluate.channel import ChannelClosed, ChannelError, ChannelTimeout
 from cuda_l1.evaluate.protocol import BuildReply, BuildRequest, Confined, Loaded, Ran, Setup
 from cuda_l1.evaluate.remote import RemoteMemory, file_mappings, input_mappings, inputs_unchanged
@@ -70,9 +70,11 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
     the builds, and a message is read under it only once whole, so a timed window of the worker's
     never waits on this side for more than a moment."""
     hold = gate if gate is not None else contextlib.nullcontext()
+    deadline = time.monotonic() + timeout_s
+    if proc.device == "cpu":
+        _note_harness_threads(proc, deadline)
     with hold:
         proc.send(setup)
-    deadline = time.monotonic() + timeout_s
     builds, confined = [], False
     while True:
         if gate is None:
@@ -91,6 +93,18 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
             with hold:
                 proc.kill("broke the protocol")
             raise ChildFailure(REJECTED, f"unexpected message {type(msg).__name__} while loading")
+
+
+def _note_harness_threads(proc: SideProcess, deadline: float) -> None:
+    """The side's thread count once its harness is done starting and before it has the module (only the
+    harness's code ran: trusted), as the floor no later count may fall below (SideProcess.watch). Waiting
+    for the start costs nothing: the module could not load sooner. A side that is not done starting by the
+    deadline, or died, has no floor; the load that follows reports it."""
+    while not proc.started():
+        if time.monotonic() >= deadline or proc.exit_info().reason != "running":
+            return
+        time.sleep(0.002)
+    proc.thread_floor = sigstop.thread_count(proc.tree())
 
 
 def serve_build(proc: SideProcess, msg: BuildRequest, build: Callable | None, builds: list[dict], left_s: float,
