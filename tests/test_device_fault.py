@@ -292,3 +292,26 @@ def test_a_device_fault_is_the_candidates_only_while_the_device_is_healthy(devic
     assert verdict.check("gpu_health_after").passed is healthy
     assert verdict.check("gpu_health_after").blocking is False
     assert ("the GPU itself failed" in verdict.reasons[0]) is (device_fault and not healthy)
+
+
+def test_a_slot_buffer_is_freed_even_when_the_device_is_in_error(monkeypatch):
+    # Giving back a GPU side's input slots (up to two fifths of the device) synchronises first; on a device
+    # in error that raises, and the raise must not skip the free (close_reference swallows the error).
+    import torch
+
+    from cuda_l1.evaluate import cudadrv, slots
+
+    freed = []
+    monkeypatch.setattr(cudadrv, "free", freed.append)
+
+    def in_error(device=None):
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", in_error)
+    buffer = object.__new__(slots.SlotBuffer)
+    buffer.views, buffer.raw, buffer._map, buffer.device, buffer._ptr = [], None, None, "cuda:0", 0x7000
+    with pytest.raises(RuntimeError, match="unspecified launch failure"):
+        buffer.close()
+    assert freed == [0x7000] and buffer._ptr is None
+    buffer.close()  # once given back, closing again does nothing
+    assert freed == [0x7000]

@@ -13,7 +13,7 @@ What the parent guarantees, whatever the module inside does:
   (its cgroup's freezer, else SIGSTOP) and checks that none used CPU time while stopped (`freeze`, `thaw`);
 - its outputs are read by the parent from its memory (remote.py), never taken from its reports;
 - wall-clock deadlines for every request, a memory limit (resident memory of the tree plus its private
-  /dev/shm), a process-count limit and, on a CPU, a floor on its threads (those its harness started) are
+  /dev/shm), a process-count limit and, on a CPU, the threads its harness started (none may end) are
   watched from outside; on any breach, and at the end, every process of the tree is killed."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class SideProcess:
     peak_memory: int = 0  # the most it was seen holding
     shared_scan: side_memory.SharedScan = field(default_factory=side_memory.SharedScan)  # without a cgroup
     pinned_core: int | None = None  # the core the parent pinned its threads to (pinning.py), if any
-    thread_floor: int = 0  # CPU: threads of its tree when its harness reported itself confined (see watch)
+    harness_threads: frozenset = frozenset()  # CPU: its tree's threads once its harness started (see watch)
 
     @classmethod
     def start(cls, config: SandboxConfig, device: str, read_paths: list[str], cpu_core: int | None = None,
@@ -198,14 +198,15 @@ class SideProcess:
         if len(pids) > self.config.max_processes:
             self.kill(f"started more than {self.config.max_processes} processes")
             raise ChildFailure("runtime_error", f"the side started more than {self.config.max_processes} processes")
-        threads = sigstop.thread_count(pids)
-        if threads > self.config.max_threads:
+        if sigstop.thread_count(pids) > self.config.max_threads:
             self.kill(f"started more than {self.config.max_threads} threads")
             raise ChildFailure("runtime_error", f"the side started more than {self.config.max_threads} threads")
-        if threads < self.thread_floor:  # a CPU ring stops the tree at a cost per thread, taken off as the
-            # reference's: ending a harness thread made a candidate's stops cheaper (corpus end_harness_thread)
+        # A CPU ring stops the tree at a cost per live thread, taken off as the reference's: ending a harness
+        # thread made a candidate's stops cheaper (corpus end_harness_thread; a stopped process kept the count).
+        if ended := sigstop.ended_threads(self.harness_threads):
             self.kill("ended threads of its harness")
-            raise ChildFailure("rejected", f"the side ended threads of its harness ({threads} left of {self.thread_floor})")
+            raise ChildFailure("rejected", f"the side ended {len(ended)} of the {len(self.harness_threads)} threads "
+                               "its harness had started")
         used = self.memory_bytes()
         if used > self.memory_limit:
             self.kill(f"used {used / 2**30:.1f} GiB of memory")

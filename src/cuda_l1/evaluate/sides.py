@@ -96,15 +96,15 @@ def load_side(proc: SideProcess, setup: Setup, timeout_s: float, build: Callable
 
 
 def _note_harness_threads(proc: SideProcess, deadline: float) -> None:
-    """The side's thread count once its harness is done starting and before it has the module (only the
-    harness's code ran: trusted), as the floor no later count may fall below (SideProcess.watch). Waiting
-    for the start costs nothing: the module could not load sooner. A side that is not done starting by the
-    deadline, or died, has no floor; the load that follows reports it."""
+    """The side's threads once its harness is done starting and before it has the module (only the
+    harness's code ran: trusted), none of which may end (SideProcess.watch). Waiting for the start costs
+    nothing: the module could not load sooner. A side not done starting by the deadline, or dead, has
+    none noted; the load that follows reports it."""
     while not proc.started():
         if time.monotonic() >= deadline or proc.exit_info().reason != "running":
             return
         time.sleep(0.002)
-    proc.thread_floor = sigstop.thread_count(proc.tree())
+    proc.harness_threads = frozenset(sigstop.thread_ids(proc.tree()))
 
 
 def serve_build(proc: SideProcess, msg: BuildRequest, build: Callable | None, builds: list[dict], left_s: float,

@@ -11,6 +11,7 @@ and exited before the check still took a pid).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -62,6 +63,21 @@ def thread_count(pids: list[int]) -> int:
         if len(f) > 17:
             total += int(f[17])
     return total
+
+
+def thread_ids(pids: list[int]) -> set[tuple[int, str]]:
+    """Every thread of these processes, as (process, thread id)."""
+    out = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            out.update((pid, task) for task in os.listdir(f"/proc/{pid}/task"))
+    return out
+
+
+def ended_threads(threads) -> list[tuple[int, str]]:
+    """Those of `threads` (thread_ids) that ended: gone, or a zombie (a main thread that exited alone).
+    Thread ids are not reused while their process lives, so one ended cannot come back under its id."""
+    return [(pid, task) for pid, task in threads if _task_state(pid, task) in "ZXx"]
 
 
 def cpu_ticks(pids: list[int]) -> int:

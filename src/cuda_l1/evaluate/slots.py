@@ -10,6 +10,8 @@ it generated to check, after each window, that the side left its inputs untouche
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 
 import mmap
@@ -318,7 +320,12 @@ class SlotBuffer:
             from cuda_l1.evaluate import cudadrv
 
             ptr, self._ptr = self._ptr, None
-            torch.cuda.synchronize(self.device)  # (raises on a device in error: the caller's to judge)
+            try:
+                torch.cuda.synchronize(self.device)  # (raises on a device in error: the caller's to judge)
+            except BaseException:
+                with contextlib.suppress(Exception):  # given back all the same (up to two fifths of the device)
+                    cudadrv.free(ptr)
+                raise
             cudadrv.free(ptr)
         if self._map is not None:
             try:

@@ -240,6 +240,7 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
                             "dense tensors with values, or scalars (None, bool, int, float, str)", path=origin)
     output_bytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
     sample = output_sample(leaves)
+    outputs_digest = input_digest(leaves)  # every byte: outputs "the same" for other inputs must be exactly so
     out = leaves = leaf = None  # no output of the first call held through the calls after it
     if input_digest(list(args)) != inputs_digest:
         raise TaskError("Model.forward changes its inputs (they differ after its first call): each side's inputs are "
@@ -258,7 +259,8 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     share = None
     if measure_launches and device.startswith("cuda") and first_s <= SLOW_S:
         share = _again(lambda: launch_share(lambda: model(*args), device), origin)
-    # Other inputs (another seed's draw): outputs that stay the same do not depend on the inputs (KernelBench
+    # Other inputs (another seed's draw): outputs that stay the same, byte for byte (a sample within a tolerance
+    # flagged x + 1e4 and a one-hot of each row's argmax), do not depend on the inputs (KernelBench
     # level 2's softmax over a dimension of size 1 is all ones). Any constant is then correct, and a
     # candidate returning one scored 8-9x: the task's doing, not a cheat, so verdicts say so (not refused).
     # One input set at a time: the first is let go before the second is drawn.
@@ -266,7 +268,7 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     other = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed + 1, origin, "get_inputs", device),
                                origin)
     same = input_digest(list(other)) != inputs_digest and _again(  # (inputs drawn alike tell nothing)
-        lambda: first_difference(sample, output_sample(inputs_mod.flatten_outputs(model(*other))[1])), origin) is None
+        lambda: input_digest(inputs_mod.flatten_outputs(model(*other))[1]), origin) == outputs_digest
     return FirstRun(output_bytes, share, ignores_inputs=same)
 
 
