@@ -54,6 +54,8 @@ class Reply:
     model: str | None = None  # model name in the response; default: the one requested
     usage: bool = True  # include a `usage` object
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers (e.g. Retry-After)
+    body: dict[str, Any] = field(default_factory=dict)  # fields set in the response body, as they are (malformed ones)
+    choice: dict[str, Any] = field(default_factory=dict)  # fields set in every choice, as they are
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ def chat_response(body: dict, reply: Reply) -> dict:
             "message": {"role": "assistant", "content": text},
             "finish_reason": reply.finish_reason or finish,
             "logprobs": None,
+            **reply.choice,
         })
     out: dict[str, Any] = {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -213,7 +216,7 @@ def chat_response(body: dict, reply: Reply) -> dict:
         prompt_tokens = count_tokens(prompt_text)
         out["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                         "total_tokens": prompt_tokens + completion_tokens}
-    return out
+    return {**out, **reply.body}
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -129,6 +129,17 @@ def test_audit_outcomes_and_decision_points():
     assert decision_points({}, 0.9) == () and decision_points({"score_default": float("nan")}, 0.9) == ()
 
 
+def test_a_claim_that_is_no_speedup_leaves_the_record_unclaimed():
+    # A solutions file is input: a claim of 10**400 raised OverflowError out of the audit; -3 and 0 were
+    # counted as "holds", NaN and infinity as "shrinks".
+    from cuda_l1.audit import claimed_speedup, decision_points
+
+    for bad in (10**400, -3, 0, float("nan"), float("inf"), -float("inf")):
+        assert claimed_speedup({"score_speedup": bad}) is None and decision_points({"score_speedup": bad}, 0.9) == ()
+    assert claimed_speedup({"score_speedup": "2.5x", "speedup": 2}) == 2.0  # the first numeric field
+    assert claimed_speedup({"zeta": 3, "alpha": True}) == 3.0 and claimed_speedup({"speedup": 1.5}) == 1.5
+
+
 def test_a_broken_reference_found_by_a_worker_ends_the_run_and_keeps_what_was_judged(kb_dir, tmp_path,
                                                                                     monkeypatch):
     """The caller runs no reference before judging: a KernelBench run spent 70-95 s of each call on an

@@ -98,6 +98,39 @@ def test_a_lone_surrogate_in_a_completion_can_still_be_stored(chat_server, tmp_p
         store.record_completion(prompt_id, c.text, parse_status="parse_error")
 
 
+@pytest.mark.parametrize("reply, tokens", [
+    (Reply(body={"usage": {"prompt_tokens": "a", "completion_tokens": 3}}), (0, 3)),
+    (Reply(body={"usage": {"prompt_tokens": float("nan"), "completion_tokens": float("inf")}}), (0, 0)),
+    (Reply(body={"usage": {"prompt_tokens": -100, "completion_tokens": -7}}), (0, 0)),
+    (Reply(choice={"finish_reason": {"x": [1]}}), None),
+    (Reply(body={"model": {"name": 1}}), None),
+])
+def test_a_malformed_completion_is_kept_with_what_it_says_that_fits(chat_server, tmp_path, reply, tokens):
+    # A server's usage counts, finish reason and model name are input: a string or NaN as a count stopped the
+    # whole optimize run, a negative one was stored as it was, a dict as a finish reason was taken for a
+    # damaged store when it was written.
+    from cuda_l1.store import Store
+    from cuda_l1.tasks import load_builtin
+
+    chat_server.enqueue(reply)
+    [c] = run(LLMClient(endpoint(chat_server)), lambda cl: cl.complete(MESSAGES))
+    assert c.ok and c.text == "ok" and c.model == "test-model"
+    assert c.finish_reason in ("stop", None) and (c.finish_reason is None) == ("finish_reason" in reply.choice)
+    if tokens is not None:
+        assert (c.prompt_tokens, c.completion_tokens) == tokens
+    with Store(tmp_path / "history.sqlite") as store:
+        prompt_id = store.record_prompt(store.add_task(load_builtin()[0]), MESSAGES)
+        store.record_completion(prompt_id, c.text, model=c.model, finish_reason=c.finish_reason,
+                                prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens)
+
+
+@pytest.mark.parametrize("choices", [5, "x", [], None])
+def test_choices_that_are_no_list_make_a_failed_request(chat_server, choices):
+    chat_server.enqueue(Reply(body={"choices": choices}))
+    [c] = run(LLMClient(endpoint(chat_server, max_retries=0)), lambda cl: cl.complete(MESSAGES))
+    assert not c.ok and c.text == "" and "bad response" in c.error
+
+
 def test_length_finish_reason_and_overrides(chat_server):
     chat_server.enqueue(Reply(text="x" * 400))
     client = LLMClient(endpoint(chat_server))

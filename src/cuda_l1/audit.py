@@ -29,15 +29,25 @@ from cuda_l1.evaluate.verdict import OK, REJECTED, Verdict
 CLAIM_FIELDS = ("score_speedup", "speedup", "score_default", "score")
 
 
+def _speedup_value(value) -> float | None:
+    """A number usable as a claimed speedup: finite and above 0 (a claim of -3, 0, NaN, infinity or an
+    integer too large for a float is no claim: counted as "holds" or "shrinks" it would say nothing)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
 def claimed_speedup(claims: dict) -> float | None:
-    """The headline claim of a record: the first known field, else the first numeric score field."""
-    for name in CLAIM_FIELDS:
-        value = claims.get(name)
+    """The headline claim of a record: the first known field, else the first numeric score field (None:
+    no usable claim, the record is "unclaimed")."""
+    known = [claims.get(name) for name in CLAIM_FIELDS]
+    for value in known + [value for _, value in sorted(claims.items())]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    for name, value in sorted(claims.items()):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return _speedup_value(value)
     return None
 
 
@@ -46,7 +56,7 @@ def decision_points(claims: dict, hold_fraction: float) -> tuple[float, ...]:
     once the interval is clear of it (TimingConfig.decide_early), instead of narrowing to 2% for a
     number the audit only compares with the claim."""
     claim = claimed_speedup(claims)
-    return (hold_fraction * claim,) if claim is not None and math.isfinite(claim) and claim > 0 else ()
+    return (hold_fraction * claim,) if claim is not None else ()
 
 
 def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) -> str:

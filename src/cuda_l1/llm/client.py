@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import random
 import time
@@ -246,7 +247,8 @@ class LLMClient:
             except Exception as exc:  # anything else the endpoint provokes must not stop the loop
                 raise _Permanent(self._scrub(f"unexpected {type(exc).__name__}: {exc}")) from None
             self._stats.latency_s += time.perf_counter() - t0
-        if not getattr(response, "choices", None):
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:  # (a body with "choices": 5 got this far)
             raise _Permanent("bad response: no choices")
         return response
 
@@ -263,8 +265,8 @@ class LLMClient:
         cfg = self.config
         choices = list(response.choices)
         usage = getattr(response, "usage", None)
-        prompt_total = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_total = int(getattr(usage, "completion_tokens", 0) or 0)
+        prompt_total = _token_count(getattr(usage, "prompt_tokens", 0))
+        completion_total = _token_count(getattr(usage, "completion_tokens", 0))
         messages = [getattr(c, "message", None) for c in choices]
         texts = [str(getattr(m, "content", None) or "") for m in messages]
         prompt_shares = split_tokens(prompt_total, [1] * len(choices))
@@ -278,9 +280,9 @@ class LLMClient:
             cost = (p_tok * cfg.price_prompt_per_1m + c_tok * cfg.price_completion_per_1m) / 1e6
             self._stats.cost += cost
             out.append(Completion(
-                text=text, model=getattr(response, "model", None) or model, endpoint=cfg.base_url,
+                text=text, model=_text_or_none(getattr(response, "model", None)) or model, endpoint=cfg.base_url,
                 prompt_tokens=p_tok, completion_tokens=c_tok, latency_s=latency,
-                finish_reason=getattr(choice, "finish_reason", None), cost=cost,
+                finish_reason=_text_or_none(getattr(choice, "finish_reason", None)), cost=cost,
                 error=None if message is not None else "bad response: choice without a message",
             ))
         if len(out) != n:
@@ -292,6 +294,20 @@ class LLMClient:
         if len(self._key) >= 4:
             text = text.replace(self._key, "***")
         return text
+
+
+def _token_count(value: Any) -> int:
+    """A token count as the server reported it, or 0 where it is none: not a whole number from 0 to 10**12
+    (a string, NaN, 1e400, a negative count stopped the run or was stored as it was)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if math.isfinite(value) and 0 <= value <= 1e12 else 0
+
+
+def _text_or_none(value: Any) -> str | None:
+    """A field the store keeps as text (a finish reason, a model name): a dict there was taken for a
+    damaged store when it was written."""
+    return value[:200] if isinstance(value, str) else None
 
 
 def split_tokens(total: int, weights: list[int]) -> list[int]:
