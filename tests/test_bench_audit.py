@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -281,3 +282,24 @@ def test_a_malformed_verdicts_file_is_bad_input(kb_dir, tmp_path, line):
                  "--out", str(tmp_path / "run"), "--verdicts-from", str(bad))
     assert result.returncode == 2 and "line 1 is not a verdict record" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "history.sqlite").exists()
+
+
+def test_one_command_at_a_time_in_a_run_directory(tmp_path):
+    # Two commands on one --out both ran, judged the same programs twice, disturbed each other's timings and
+    # wrote to one store. The second is now refused at once; the lock goes with the first's end.
+    from cuda_l1.bench import RunContext
+
+    first = RunContext(tmp_path / "run", "bench", {})
+    try:
+        with pytest.raises(UserError, match=rf"another cuda-l1 command \(process {os.getpid()}\) is writing"):
+            RunContext(tmp_path / "run", "audit", {})
+        task = tmp_path / "t.py"
+        task.write_text(REF)
+        proc = cli("bench", str(task), "--device", "cpu", "--strategies", "eager", "--no-calibrate",
+                   "--out", str(tmp_path / "run"))
+        assert proc.returncode == 2 and "is writing to the run directory" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    finally:
+        first.close()
+    again = RunContext(tmp_path / "run", "audit", {})  # let go: the next one runs
+    again.close()

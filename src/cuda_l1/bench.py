@@ -20,6 +20,7 @@ from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import REJUDGE_CHECK, Verdict
 from cuda_l1.progress import EvalProgress
+from cuda_l1.store.run_lock import RunLock
 from cuda_l1.tasks import Task, for_device, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
 from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 from cuda_l1.tasks.loaders import first_tasks
@@ -111,14 +112,24 @@ class RunContext:
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.store = Store(self.out_dir / STORE_NAME)
-        previous = self.store.runs(run_name)
-        self.run_id = previous[-1].id if previous else self.store.start_run(run_name, config)
+        self.lock = RunLock.acquire(self.out_dir)  # one command at a time in a run directory
+        self.store = None
+        try:
+            self.store = Store(self.out_dir / STORE_NAME)
+            previous = self.store.runs(run_name)
+            self.run_id = previous[-1].id if previous else self.store.start_run(run_name, config)
+        except BaseException:
+            self.close()
+            raise
         self.resumed = bool(previous)
         self.imported: dict = {}  # verdicts read from --verdicts-from: carried into this run's verdicts.jsonl
 
     def close(self) -> None:
-        self.store.close()
+        try:
+            if self.store is not None:
+                self.store.close()
+        finally:
+            self.lock.release()
 
 
 def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, device: Device,
