@@ -190,11 +190,12 @@ def test_an_endpoint_that_always_fails_stops_the_run_with_exit_1(tmp_path):
     assert (tmp_path / "run" / "report.html").is_file()  # what was judged is still reported
 
 
-def test_the_timeout_default_in_help_is_the_evaluators():
-    from cuda_l1.cli.options import DEFAULT_TIMEOUT_S
+def test_the_timeout_defaults_in_help_are_the_evaluators():
+    from cuda_l1.cli.options import DEFAULT_TASK_TIMEOUT_S, DEFAULT_TIMEOUT_S
     from cuda_l1.evaluate.config import EvalConfig
 
     assert DEFAULT_TIMEOUT_S == EvalConfig().timeout_s
+    assert DEFAULT_TASK_TIMEOUT_S == EvalConfig().task_timeout_s
 
 
 LOOPING = textwrap.dedent('''

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import typer
 
-# EvalConfig.timeout_s; repeated here so that `--help` need not import torch (tests check they agree).
+# EvalConfig.timeout_s and task_timeout_s; repeated here so that `--help` need not import torch (tests
+# check they agree).
 DEFAULT_TIMEOUT_S = 180.0
+DEFAULT_TASK_TIMEOUT_S = 300.0
 
 
 def device() -> typer.models.OptionInfo:
@@ -44,7 +46,9 @@ def batch_timing() -> typer.models.OptionInfo:
 def timeout() -> typer.models.OptionInfo:
     return typer.Option(None, "--timeout", metavar="SECONDS", min=1.0,
                         help=f"Wall-clock limit for one candidate's whole evaluation (load, checks, timing); "
-                        f"past it the verdict is timeout. Default {DEFAULT_TIMEOUT_S:g}.")
+                        f"past it the verdict is timeout. Default {DEFAULT_TIMEOUT_S:g}. The task's own code "
+                        f"(its import, inputs, first run) has a deadline of its own, "
+                        f"{DEFAULT_TASK_TIMEOUT_S:g} s each (settings: task_timeout_s).")
 
 
 def workers() -> typer.models.OptionInfo:
