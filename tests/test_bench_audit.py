@@ -303,3 +303,19 @@ def test_one_command_at_a_time_in_a_run_directory(tmp_path):
         first.close()
     again = RunContext(tmp_path / "run", "audit", {})  # let go: the next one runs
     again.close()
+
+
+def test_an_emptied_store_does_not_let_a_run_write_over_its_verdicts(tmp_path):
+    # A 0-byte history store opens as a new one: the run started there wrote its verdicts over the old file.
+    from cuda_l1.bench import STORE_NAME, RunContext
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "verdicts.jsonl").write_text('{"candidate_id": "x"}\n')
+    (run / STORE_NAME).write_bytes(b"")
+    with pytest.raises(UserError, match="holds no run") as caught:
+        RunContext(run, "bench", {})
+    assert "--verdicts-from" in str(caught.value)
+    assert (run / "verdicts.jsonl").read_text() == '{"candidate_id": "x"}\n'
+    (run / "verdicts.jsonl").unlink()
+    RunContext(run, "bench", {}).close()  # the refused one let its lock go: a later command runs

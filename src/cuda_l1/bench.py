@@ -116,6 +116,7 @@ class RunContext:
         self.store = None
         try:
             self.store = Store(self.out_dir / STORE_NAME)
+            _refuse_to_replace_verdicts(self.out_dir, self.store)
             previous = self.store.runs(run_name)
             self.run_id = previous[-1].id if previous else self.store.start_run(run_name, config)
         except BaseException:
@@ -130,6 +131,18 @@ class RunContext:
                 self.store.close()
         finally:
             self.lock.release()
+
+
+def _refuse_to_replace_verdicts(out_dir: Path, store) -> None:
+    """A store with no run beside a verdicts.jsonl that holds verdicts: the store was emptied or removed (a
+    0-byte one opens as new), and the run about to start would write its own verdicts over that file."""
+    from cuda_l1.store.verdict_file import VERDICTS_NAME
+
+    kept = out_dir / VERDICTS_NAME
+    if not store.runs() and kept.is_file() and kept.stat().st_size > 0:
+        raise UserError(f"{kept} holds verdicts, but the run's store beside it ({STORE_NAME}) holds no run: it was "
+                        f"emptied or removed, and a new run here would write over that file. Resume from it "
+                        f"elsewhere (--verdicts-from {kept} --out ANOTHER_DIR), or move it away first.")
 
 
 def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: EvalConfig, *, device: Device,
