@@ -272,7 +272,7 @@ class Evaluator:
         verdict.sandbox["started"] = "forked" if isinstance(cand.proc, ForkedProcess) else "fresh interpreter"
         if isinstance(cand.proc, ForkedProcess) and cand.proc.server.preloaded:
             verdict.sandbox["preloaded"] = ", ".join(cand.proc.server.preloaded)
-        if getattr(env, "ignores_inputs", False):
+        if env.ignores_inputs:
             verdict.checks.append(Check("reference_uses_inputs", False, IGNORES_INPUTS, blocking=False))
         verdict.sandbox["memory"] = {"limit_bytes": cand.memory_limit, "peak_bytes": cand.peak_memory,
                                      "reference_peak_bytes": env.reference_peak}

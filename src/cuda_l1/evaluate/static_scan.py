@@ -30,13 +30,11 @@ _PATTERNS: dict[str, list[str]] = {
     "output caching": [r"data_ptr\(\)", r"lru_cache", r"functools\.cache\b", r"_cache\s*=\s*\{\}",
                        r"cached_output", r"memo(?!ry)"],
 }
-# Every pattern runs in the parent, before the evaluation's deadline: each must take time linear in the
-# source. A span with no bound (`compile\([^)]*exec`) took 12 s over a 256 KB line of `compile(` repeated,
-# and quadratically more as the line grew; spans are bounded ({0,200}) for that.
-
+# The scan runs in the parent, holding the GIL, before the evaluation's deadline: its time is bounded. Every
+# pattern is linear in the text (a span with no bound, `compile\([^)]*exec`, took 12 s over a 256 KB line
+# of `compile(` repeated, quadratically more as it grew), and what it reads is capped: real kernels'
+# sources are tens of KB (CUDA-L1's H100 release: 27 KB at the most).
 _HITS = 8  # lines named per category
-# The scan runs in the parent, holding the GIL, before the evaluation's deadline: what it reads is bounded.
-# Real kernels' sources are tens of KB (CUDA-L1's H100 release: 27 KB at the most).
 SCAN_CHARS = 256 << 10  # of a source, the most searched by the patterns (about 0.25 s at the worst)
 PARSE_CHARS = 64 << 10  # ... and parsed for patching: CPython's parser is quadratic on some text (a 1 MiB
 # f-string of {a} fields took 93 s; 64 KiB, 0.6 s)
