@@ -3,6 +3,8 @@ when something else held the device, and the second verdict stands whatever it s
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cuda_l1.evaluate import crowding
@@ -211,12 +213,20 @@ def test_a_reference_failing_beside_other_tasks_on_a_gpu_is_prepared_again_alone
     failures.append(BrokenTask("9_big.py: Model.forward(*get_inputs()) raised ValueError: forward broke"))
     with pytest.raises(BrokenTask, match="forward broke"):
         crowding.prepare(evaluators, None, big, ())
+    # and it stays the task's: its next candidate is answered at once, its reference not run again
+    # (make() would now succeed), nothing held dropped for it
+    evaluators.get(first)
+    with pytest.raises(BrokenTask, match="forward broke"):
+        crowding.prepare(evaluators, None, big, ())
+    assert evaluators.task_ids() == [first.id] and not failures
+    evaluators.broken.clear()  # (the same task again below, as if new)
 
     evaluators.get(first)  # a failure made ahead, twice over: fails alone too
     failures.append(BrokenTask("2_relu.py: Model.forward(*get_inputs()) raised ValueError: forward broke"))
     with pytest.raises(BrokenTask, match="forward broke"):
         crowding.prepare(evaluators, None, big, (), failure=BrokenTask("2_relu.py: forward broke"))
     assert evaluators.task_ids() == []
+    evaluators.broken.clear()
 
     evaluators.get(first)  # any other failure is raised as it is, nothing dropped for it
     with pytest.raises(TaskError, match="sandbox"):
@@ -229,3 +239,42 @@ def test_a_reference_failing_beside_other_tasks_on_a_gpu_is_prepared_again_alone
     with pytest.raises(BrokenTask):
         crowding.prepare(on_cpu, None, big, ())
     assert on_cpu.task_ids() == [first.id]
+    with pytest.raises(BrokenTask, match="forward broke"):  # once is enough without a device
+        crowding.prepare(on_cpu, None, big, ())
+
+
+def test_a_thread_that_waited_for_a_failed_preparation_does_not_run_the_task_again():
+    """A worker's load ahead of a task's next candidate waits while the task is prepared for the one
+    judged now. When that preparation fails, the waiting thread hears the failure instead of running
+    the broken reference once more (up to its deadline): crowding.prepare decides about trying again."""
+    import threading
+
+    from cuda_l1.errors import BrokenTask
+
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def make(task):
+        calls.append(task.id)
+        started.set()
+        release.wait(10)
+        raise BrokenTask("9_big.py: forward broke")
+
+    evaluators = Evaluators(make, keep=2)
+    big, heard = _task(2), []
+
+    def wait_for_it():
+        try:
+            evaluators.get(big)
+        except BrokenTask as exc:
+            heard.append(str(exc))
+
+    first = threading.Thread(target=wait_for_it)
+    first.start()
+    assert started.wait(10)
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(0.2)  # the waiter is waiting on the preparation under way
+    release.set()
+    first.join(10)
+    waiter.join(10)
+    assert calls == [big.id] and heard == ["9_big.py: forward broke"] * 2

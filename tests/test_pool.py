@@ -467,3 +467,25 @@ def test_a_gpu_workers_memory_estimate_runs_the_tasks_code_under_its_mark(tasks)
     finally:
         task_marks.install(None)
     assert seen == [[task.id]] and marks.read() == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_broken_task_is_prepared_once_for_all_its_candidates(backend, tasks, tmp_path):
+    """A bench queues a task's candidates back to back (four strategies). Its reference failing its one
+    run is the task's error, and the worker remembers it: the task's other candidates are answered at
+    once (each a BrokenTask) instead of running a failed reference, up to its deadline, again for each."""
+    from cuda_l1.errors import BrokenTask
+
+    if backend == "ray" and ray is None:
+        pytest.skip("ray is not installed")
+    source = tasks["scale"].source.replace("return torch.relu(x) * 2", 'raise ValueError("forward broke")')
+    broken = make_task(source, name="broken", level=1, origin="broken.py")
+    with open_pool(backend, workers=1) as pool:
+        bad = [pool.submit(EvalJob(broken, candidate("scale", kind))) for kind in ("correct", "wrong_shape", "raises")]
+        good = pool.submit(EvalJob(tasks["scale"], candidate("scale", "correct")))
+        for future in bad:
+            with pytest.raises(BrokenTask, match="broken.py: .*forward broke"):
+                future.result(timeout=180)
+        assert good.result(timeout=180).verdict.status == OK
+    notes = (tmp_path / "prepared.txt").read_text().split()
+    assert notes.count("scale") == 2, notes  # the broken task's module ran once, the good one's once

@@ -7,6 +7,8 @@ A claim *holds* when the candidate is verified correct and its measured speedup 
 the evaluator refuses the candidate as a hack (status `rejected`); otherwise it *fails* (incorrect,
 crashing, not compiling) or is *missing* (no candidate published). A correct candidate whose speedup
 could not be measured (its timing windows were no longer than their fixed overhead) is *unmeasured*.
+A record whose reference (`ref_code`) does not run here is *task_broken*: its kernel is not judged, the
+others are, and the command exits 2 once the table is written.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def decision_points(claims: dict, hold_fraction: float) -> tuple[float, ...]:
     return (hold_fraction * claim,) if claim is not None else ()
 
 
+TASK_BROKEN = "task_broken"  # a record whose ref_code does not run here: its kernel is not judged
+
+
 def outcome(verdict: Verdict | None, claim: float | None, hold_fraction: float) -> str:
     if verdict is None:
         return "missing"
@@ -106,16 +111,15 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     ctx.imported = dict(imported or {})
     try:
         try:
-            evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
-                                progress=progress, on_result=keep,
-                                decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
-                                # a broken ref_code is bad input (exit 2), not a failing verdict of its kernel:
-                                # the worker that prepares its task finds it (evaluate_candidates)
-                                rejudge=rejudge, imported=imported)
+            counts = evaluate_candidates(ctx, candidates, config, device=device, cluster=cluster, workers=workers,
+                                         progress=progress, on_result=keep,
+                                         decides_at=lambda cand: decision_points(cand.meta["claims"], hold_fraction),
+                                         rejudge=rejudge, imported=imported)
         except BaseException:  # interrupted, or a broken task: what was judged outlives the run as a file too
             keep_verdicts(ctx)
             raise
         dkey, ckey = device_key(device), config.config_key()
+        broken = counts["broken_tasks"]  # task key -> why its reference does not run here
         rows = []
         for cand in candidates:  # resumed candidates come back from the store
             verdict = verdicts.get(cand.meta["line"])
@@ -123,16 +127,19 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
                 from cuda_l1.store import candidate_id
 
                 verdict = ctx.store.verdict_for(candidate_id(cand.source), dkey, ckey, task_id=cand.task.id)
-            rows.append(_row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction))
+            row = _row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction)
+            if verdict is None and cand.task.key in broken:  # a broken ref_code is bad input, not a verdict
+                row.update(status=TASK_BROKEN, outcome=TASK_BROKEN, reasons=[broken[cand.task.key]])
+            rows.append(row)
         rows += [_row(m["task"], m["line"], m["claims"], None, hold_fraction) for m in missing]
         rows.sort(key=lambda r: r["line"])
         paths = write_report(ctx, f"cuda-l1 audit: {Path(path).name} on {dkey}",
                              [f"A claim holds when measured >= {hold_fraction:g} x claimed and the candidate is verified.",
-                              MODE_NOTES[config.module_mode]])
+                              MODE_NOTES[config.module_mode]], broken)
     finally:
         ctx.close()
     totals = {k: sum(1 for r in rows if r["outcome"] == k)
-              for k in ("holds", "shrinks", "unmeasured", "exploit", "fails", "missing", "unclaimed")}
+              for k in ("holds", "shrinks", "unmeasured", "exploit", "fails", "missing", "unclaimed", TASK_BROKEN)}
     totals["records"] = len(rows)
     out = Path(out_dir)
     audit = {"source": str(path), "device": device_key(device), "hold_fraction": hold_fraction,
@@ -141,7 +148,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
     (out / "audit.json").write_text(json.dumps(audit, indent=2, default=str))
     _write_csv(rows, out / "audit.csv")
     _append_html(out / "report.html", totals, rows)
-    return {"totals": totals, "paths": {**{k: str(v) for k, v in paths.items()},
+    return {"totals": totals, "broken_tasks": broken, "paths": {**{k: str(v) for k, v in paths.items()},
                                         "audit": str(out / "audit.json"), "audit_csv": str(out / "audit.csv")}}
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping
 
 from cuda_l1.devices import Device, as_device, device_key
 from cuda_l1.engine import Engine
-from cuda_l1.errors import TaskError, UserError
+from cuda_l1.errors import BrokenTask, TaskError, UserError
 from cuda_l1.evaluate.config import EvalConfig
 from cuda_l1.evaluate.pool import make_pool
 from cuda_l1.evaluate.verdict import REJUDGE_CHECK, Verdict
@@ -160,9 +160,10 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
     match instead of judging them again (a settled one whose status is not in `rejudge`). Returns counts.
 
     Each task's reference is run once by the worker that prepares the task, before any of its
-    candidates is judged (TaskEnv); a broken one ends the run as bad input (BrokenTask), with the
-    verdicts already given kept. Running every reference here first cost a KernelBench run 70-95 s
-    of each call on an H200 before its first verdict."""
+    candidates is judged (TaskEnv); a broken one (BrokenTask: bad input) leaves its candidates without a
+    verdict, and the others are judged: counts["broken_tasks"] maps its key to why, for the caller to
+    report (one task that fails on this machine must not stop a run of 250). Running every reference
+    here first cost a KernelBench run 70-95 s of each call on an H200 before its first verdict."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
     reopened = taken = 0
@@ -183,8 +184,9 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
         elif known is not None and known.settled:
             continue
         todo.append((cand, cid))  # new, reopened, or one the evaluation itself failed (judged again)
+    broken: dict[str, str] = {}  # task key -> why its reference does not run here (a BrokenTask's words)
     counts = {"total": len(candidates), "skipped": len(candidates) - len(todo) - taken, "evaluated": 0, "reused": 0,
-              "rejudged": reopened, "imported": taken}
+              "rejudged": reopened, "imported": taken, "broken_tasks": broken}
     if not todo:  # a finished run resumed: no pool is started
         return counts
     with make_pool(cluster, config.device, config, workers) as pool:
@@ -193,9 +195,15 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                    for cand, cid in todo}
         with EvalProgress(engine.evaluations, enabled=progress) as bar:
             for future in as_completed(futures):
+                cand = futures[future]
                 try:
-                    cand, judged = futures[future], future.result()
-                except TaskError:  # a BrokenTask: a task's reference does not run, bad input; the run ends now
+                    judged = future.result()
+                except BrokenTask as exc:  # its task's reference does not run: no verdict, the others go on
+                    if cand.task.key not in broken:
+                        broken[cand.task.key] = str(exc)
+                    bar.advance(f"{cand.task.key} {cand.label} not judged: its task's reference does not run")
+                    continue
+                except TaskError:  # any other bad input: the run ends now
                     pool.abort()
                     raise
                 if judged.reused:
@@ -258,16 +266,19 @@ def keep_verdicts(ctx: RunContext) -> None:
         pass
 
 
-def write_report(ctx: RunContext, title: str, notes: Iterable[str] = ()) -> dict:
-    """The run's report, and every verdict of its store as verdicts.jsonl (ids and numbers, no code)."""
+def write_report(ctx: RunContext, title: str, notes: Iterable[str] = (),
+                 tasks_not_run: Mapping[str, str] | None = None) -> dict:
+    """The run's report, and every verdict of its store as verdicts.jsonl (ids and numbers, no code).
+    tasks_not_run: evaluate_candidates' counts["broken_tasks"]."""
     from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
 
-    paths = write_run_report(ctx.out_dir, ctx.store.run_results(ctx.run_id), title, notes)
+    paths = write_run_report(ctx.out_dir, ctx.store.run_results(ctx.run_id), title, notes, tasks_not_run)
     write_verdicts(ctx.store, ctx.out_dir / VERDICTS_NAME, carried=ctx.imported)
     return {**paths, "verdicts": ctx.out_dir / VERDICTS_NAME}
 
 
-def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterable[str] = ()) -> dict:
+def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterable[str] = (),
+                     tasks_not_run: Mapping[str, str] | None = None) -> dict:
     """summary.json, results.csv, report.html and plots, with the scoring rules stated, what ran where
     and when, and the noise check (OUT/calibration.json and the run's own eager candidates)."""
     from cuda_l1.report import as_rows, write_all
@@ -282,7 +293,7 @@ def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterabl
     if noise["too_noisy"]:
         title += " (HOST TOO NOISY: speedups not reliable)"
     return write_all(out_dir, rows, missing_as=MISSING_RULE, title=title, notes=notes,
-                     provenance=provenance(), noise=noise)
+                     provenance=provenance(), noise=noise, tasks_not_run=tasks_not_run)
 
 
 def noise_summary(out_dir: str | Path, rows: list) -> dict:
@@ -346,10 +357,20 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
         except BaseException:  # interrupted, or a broken task: what was judged outlives the run as a file too
             keep_verdicts(ctx)
             raise
-        paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes)
+        paths = write_report(ctx, f"cuda-l1 bench: {source} on {device_key(device)}", notes,
+                             counts["broken_tasks"])
     finally:
         ctx.close()
     return {"counts": counts, "notes": notes, "paths": {k: str(v) for k, v in paths.items()}}
+
+
+def tasks_not_run_error(broken: Mapping[str, str], report: str | Path) -> BrokenTask:
+    """What a command that finished its other work says of the tasks whose reference did not run: bad input
+    (exit 2), after the report is written."""
+    listed = "; ".join(f"{key}: {' '.join(why.split())[:300]}" for key, why in broken.items())
+    return BrokenTask(f"{len(broken)} task(s) not judged, since their reference does not run here, so their "
+                      f"candidates have no verdict; {report} covers the rest, and the same command run again "
+                      f"judges only these. {listed}")
 
 
 def read_imported(path: str | Path | None) -> dict | None:

@@ -78,7 +78,8 @@ def bench_command(
     """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
 
     Writes summary.json, results.csv, report.html and plots to --out."""
-    from cuda_l1.bench import check_references, check_tasks_option, load_summary, read_imported, run_bench, select_tasks
+    from cuda_l1.bench import (check_references, check_tasks_option, load_summary, read_imported, run_bench,
+                               select_tasks, tasks_not_run_error)
     from cuda_l1.calibrate import pick_tasks
     from cuda_l1.cli.calibrate_cmd import eager_is_the_noise_check, noise_check
     from cuda_l1.devices import parse_device
@@ -102,9 +103,12 @@ def bench_command(
                        cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit,
                        rejudge=statuses, imported=imported)
     summary = load_summary(out)
+    broken = result["counts"].get("broken_tasks")
     if as_json:
         print_json({**result, "summary": {"overall": summary["overall"], "levels": summary.get("levels", {}),
                                           "noise": summary.get("noise")}})
+        if broken:
+            raise tasks_not_run_error(broken, result["paths"]["report"])
         return
     for note in result["notes"]:
         console.print(f"[yellow]{escape(note)}[/]")
@@ -112,9 +116,12 @@ def bench_command(
     console.print(f"{c['evaluated']} evaluated, {c['skipped']} already done (resumed), "
                   f"{c.get('reused', 0)} duplicate(s) of a judged program"
                   + (f", {c['rejudged']} judged again (--rejudge)" if c.get("rejudged") else "")
-                  + (f", {c['imported']} taken from --verdicts-from" if c.get("imported") else ""))
+                  + (f", {c['imported']} taken from --verdicts-from" if c.get("imported") else "")
+                  + (f", {len(broken)} task(s) not judged (below)" if broken else ""))
     print_summary(summary)
     console.print(f"report: {result['paths']['report']}", markup=False)
+    if broken:  # after the report: the other tasks' results are printed and kept (exit 2)
+        raise tasks_not_run_error(broken, result["paths"]["report"])
 
 
 @app.command("audit")
@@ -140,7 +147,7 @@ def audit_command(
     The models run in eval mode by default, as CUDA-L1's harness runs them when its claims are measured
     (a kernel that folds BatchNorm into a convolution is right in eval mode only)."""
     from cuda_l1.audit import run_audit
-    from cuda_l1.bench import read_imported
+    from cuda_l1.bench import read_imported, tasks_not_run_error
     from cuda_l1.devices import parse_device
 
     if not solutions.endswith(".jsonl"):
@@ -153,12 +160,15 @@ def audit_command(
     result = run_audit(solutions, str(out), device=target, config=config, cluster=cluster, workers=workers,
                        hold_fraction=hold, progress=True, levels=parse_levels(levels), rejudge=statuses,
                        imported=imported)
-    if as_json:
+    broken = result["broken_tasks"]
+    if not as_json:
+        totals = result["totals"]
+        console.print("claims: " + ", ".join(f"{k} {v}" for k, v in totals.items()), markup=False)
+        console.print(f"audit: {result['paths']['audit']}  report: {result['paths']['report']}", markup=False)
+    else:
         print_json(result)
-        return
-    totals = result["totals"]
-    console.print("claims: " + ", ".join(f"{k} {v}" for k, v in totals.items()), markup=False)
-    console.print(f"audit: {result['paths']['audit']}  report: {result['paths']['report']}", markup=False)
+    if broken:  # counted in the table as task_broken; bad input all the same (exit 2), after the table
+        raise tasks_not_run_error(broken, result["paths"]["audit"])
 
 
 @app.command("report")

@@ -55,7 +55,20 @@ def prepare(evaluators: Any, ahead: Any | None, task: Any, busy, failure: BaseEx
     tasks' evaluations it may be the device's state instead (out of memory, in words no list of
     markers holds: a cuBLAS or cuDNN handle that cannot be made says it otherwise), so before it is
     taken as the task's, the worker drops what it holds and prepares the task once more; a broken
-    reference fails again, alone. `failure`: the error of a preparation made ahead (lookahead.py)."""
+    reference fails again, alone. `failure`: the error of a preparation made ahead (lookahead.py).
+    A task found broken stays broken for this worker (`evaluators.broken`): its other candidates are
+    answered at once, not by running a reference that failed (up to its deadline) once per candidate."""
+    known = evaluators.broken.get(task.id)
+    if known is not None:
+        raise BrokenTask(known)
+    try:
+        return _prepare(evaluators, ahead, task, busy, failure)
+    except BrokenTask as exc:
+        evaluators.broken[task.id] = str(exc)
+        raise
+
+
+def _prepare(evaluators: Any, ahead: Any | None, task: Any, busy, failure: BaseException | None) -> Any:
     if failure is None:
         try:
             return evaluators.get(task, busy)

@@ -115,17 +115,27 @@ class Evaluators:
         self.quiet_lock = quiet_lock if quiet_lock is not None else contextlib.nullcontext()
         self._held: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._changed = threading.Condition()
+        # task id -> why its reference does not run (crowding.prepare): its other jobs are answered at once
+        self.broken: dict[str, str] = {}
+        # task id -> how its last preparation failed (BrokenTask), for the threads that waited for it: a
+        # load ahead of the task's next candidate must not run a failed reference again (crowding.prepare
+        # decides whether it is tried once more, alone)
+        self._failed: dict[str, str] = {}
 
     def get(self, task: Task, busy: Iterable[str] = ()):
         busy = set(busy) | {task.id}
         retired = []
         with self._changed:
             until = None if self.wait_s is None else time.monotonic() + self.wait_s
+            waited = False
             while self._held.get(task.id) is _PREPARING:
                 if until is not None and time.monotonic() >= until:
                     raise BrokenTask(f"{task.origin or task.name}: preparing the task on another thread took longer "
                                      f"than {self.wait_s:.0f} s (its own code: does it sleep or loop forever?)")
+                waited = True
                 self._changed.wait(None if until is None else max(0.0, until - time.monotonic()))
+            if task.id in self.broken or (waited and task.id not in self._held and task.id in self._failed):
+                raise BrokenTask(self.broken.get(task.id) or self._failed[task.id])
             evaluator = self._held.get(task.id)
             if evaluator is not None:
                 self._held.move_to_end(task.id)  # most recently used last
@@ -142,13 +152,16 @@ class Evaluators:
             self._close(retired)
         try:
             evaluator = self.make(task)
-        except BaseException:
+        except BaseException as exc:
             with self._changed:
                 self._held.pop(task.id, None)
+                if isinstance(exc, BrokenTask):
+                    self._failed[task.id] = str(exc)
                 self._changed.notify_all()
             raise
         with self._changed:
             self._held[task.id] = evaluator
+            self._failed.pop(task.id, None)
             self._changed.notify_all()
         return evaluator
 

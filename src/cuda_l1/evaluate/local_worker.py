@@ -83,6 +83,11 @@ def worker_main(device: str, config: EvalConfig, inbox, results, owner_pid: int,
             evaluators.close()
             supply.close()
             return
+        for job in [job for job in queued if job[1].id in evaluators.broken]:  # answered now, never loaded
+            queued.remove(job)
+            send(results, (job[0], TASK_ERROR, evaluators.broken[job[1].id]))
+        if not queued:
+            continue
         busy = {job[1].id for job in queued}
         load_ahead(ahead, list(queued), depth, set(evaluators.task_ids()), busy)
         job_id, task, source, best, thresholds = queued.popleft()

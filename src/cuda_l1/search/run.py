@@ -17,6 +17,7 @@ from cuda_l1.bench import (
     RunContext,
     evaluate_candidates,
     strategy_candidates,
+    tasks_not_run_error,
     write_run_report,
 )
 from cuda_l1.devices import Device, as_device, device_key
@@ -141,6 +142,8 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
                 on_result=lambda cand, v: events.write("verdict", task=cand.task.key, candidate_id=v.candidate_id,
                                                        origin=cand.label, status=v.status, speedup=v.speedup,
                                                        new=True))
+            if baseline_counts["broken_tasks"]:  # a search of a task whose reference does not run: bad input
+                raise tasks_not_run_error(baseline_counts["broken_tasks"], ctx.out_dir)
             parse_errors = {}
             for c in before:
                 if c["parse_status"] == PARSE_ERROR:
