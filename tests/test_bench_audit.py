@@ -279,7 +279,8 @@ def test_a_gzipped_verdicts_file_reads_as_the_plain_one(tmp_path):
     """A thousand KernelBench verdicts are ~7 MB of text: a `.gz` copy is what a results repository keeps,
     and it resumes a run the same; a truncated or foreign one is bad input, not a traceback."""
     plain = tmp_path / "verdicts.jsonl"
-    records = [(_RECORD % '{"status": "ok", "speedup": %s, "ci": [1.0, 2.0]}' % v).replace('"b"', f'"b{v}"')
+    records = [(_RECORD % '{"status": "ok", "speedup": %s, "raw_speedup": %s, "reference_ms": 2.0, "candidate_ms": 1.0, '
+                '"ci": [1.0, 2.0]}' % (v, v)).replace('"b"', f'"b{v}"')
                for v in (1.5, 2.5)]
     plain.write_text("\n".join(records) + "\n")
     packed = tmp_path / "verdicts.jsonl.gz"
@@ -294,6 +295,17 @@ def test_a_gzipped_verdicts_file_reads_as_the_plain_one(tmp_path):
 _RECORD = '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": "k", "verdict": %s}'
 
 
+def test_an_ok_verdict_without_numbers_reads_only_when_timing_was_disabled(tmp_path):
+    from cuda_l1.evaluate.verdict import CORRECTNESS_ONLY
+
+    untimed = tmp_path / "verdicts.jsonl"
+    untimed.write_text(_RECORD % json.dumps({"status": "ok", "timing": {"protocol": CORRECTNESS_ONLY}}) + "\n")
+    assert [v.status for v in read_verdicts(untimed).values()] == ["ok"]
+    untimed.write_text(_RECORD % json.dumps({"status": "ok", "timing": {"protocol": "rounds"}}) + "\n")
+    with pytest.raises(UserError, match="an ok verdict without speedup, raw_speedup, reference_ms, candidate_ms"):
+        read_verdicts(untimed)
+
+
 @pytest.mark.parametrize("line", [
     "not json", '{"task_id": "a"}', "[" * 100000 + "]" * 100000, _RECORD % "5",
     _RECORD % '{"status": "ok", "speedup": "fast"}', _RECORD % '{"status": "ok", "ci": 5}',
@@ -301,7 +313,9 @@ _RECORD = '{"task_id": "a", "candidate_id": "b", "device": "cpu", "config_key": 
     _RECORD % '{"status": "ok", "device": 7}', _RECORD % '{"status": "ok", "task_id": "another"}',
     _RECORD % '{"status": "ok", "checks": [{"name": 1, "passed": true}]}', _RECORD % '{"status": "ok", "timing": []}',
     _RECORD % '{"status": "ok", "reasons": ["x \\ud800"]}',  # an escaped lone surrogate: a line of ASCII
-], ids=lambda line: line[:40])
+    _RECORD % '{"status": "ok"}',  # a timed ok verdict with no numbers: a report would count it correct, unmeasured
+    _RECORD % '{"status": "ok", "speedup": 0, "raw_speedup": 1, "reference_ms": 1, "candidate_ms": 1}',
+], ids=lambda line: line[-60:])
 def test_a_malformed_verdicts_file_is_bad_input(kb_dir, tmp_path, line):
     """Every field a report or the store reads is checked before any work: a bad value stored first
     broke the report afterwards, and every later resume of the directory."""

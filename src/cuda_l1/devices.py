@@ -91,8 +91,16 @@ def _driver_gpu_count() -> int | None:
     return count.value
 
 
+def check_cluster(cluster: str) -> None:
+    """`--cluster` is local, ray or ray://ADDRESS: checked with the device, before any work, since a run
+    that needs no pool (all of it resumed) would otherwise take a misspelling without a word."""
+    if cluster not in ("local", "ray") and not (cluster.startswith("ray://") and len(cluster) > len("ray://")):
+        raise UserError(f"--cluster is local, ray or ray://ADDRESS (got {cluster!r}).")
+
+
 def parse_device(text: str | None, cluster: str = "local", what: str = "--device") -> Device:
     """The Device `text` names, checked against what this host (or the cluster) can run."""
+    check_cluster(cluster)
     remote = cluster != "local"
     if text is None:  # nothing asked for: what this host has (a cluster's GPUs only when asked: auto or cuda)
         return Device("cuda") if local_gpu_count() else Device("cpu")

@@ -24,14 +24,14 @@ __all__ = ["EvalJob", "EvalPool", "EvalResult", "LocalPool", "failed_verdict", "
 def make_pool(cluster: str = "local", device: str = "cuda", config: EvalConfig | None = None,
               workers: int | None = None) -> EvalPool:
     """`local`, `ray` (an existing or new local Ray cluster) or `ray://ADDRESS`."""
+    from cuda_l1.devices import check_cluster
     from cuda_l1.errors import UserError
 
+    check_cluster(cluster)
     if cluster == "local":
         return LocalPool(device, config, workers)
-    if cluster == "ray" or cluster.startswith("ray://"):
-        try:
-            from cuda_l1.evaluate.ray_pool import RayPool
-        except ImportError as exc:
-            raise UserError(f"--cluster {cluster} needs Ray: pip install 'cuda-l1[ray]' ({exc}).") from None
-        return RayPool(device, config, workers, address=None if cluster == "ray" else cluster)
-    raise UserError(f"--cluster is local, ray or ray://ADDRESS (got {cluster!r}).")
+    try:
+        from cuda_l1.evaluate.ray_pool import RayPool
+    except ImportError as exc:
+        raise UserError(f"--cluster {cluster} needs Ray: pip install 'cuda-l1[ray]' ({exc}).") from None
+    return RayPool(device, config, workers, address=None if cluster == "ray" else cluster)

@@ -24,7 +24,7 @@ from cuda_l1.evaluate.round_checks import RoundChecks
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.sides import ReferenceFailure, Side, load_side, mapped_inputs, side_estimate
 from cuda_l1.evaluate.slots import RoundInputs, SlotBuffer
-from cuda_l1.evaluate.verdict import COMPILE_ERROR, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
+from cuda_l1.evaluate.verdict import COMPILE_ERROR, CORRECTNESS_ONLY, INCORRECT, REJECTED, RUNTIME_ERROR, TIMEOUT, Check
 
 _SEVERITY = {REJECTED: 0, INCORRECT: 1}  # which status wins when several checks fail at once
 
@@ -320,7 +320,7 @@ class Referee(RoundChecks):
                         "at the end of the round's verification")
         hidden = self.cand.window.idle_wait_s if self.cand.window else 0.0
         if not ref_ms:
-            self.timing = {"protocol": "correctness only (timing disabled)"}
+            self.timing = {"protocol": CORRECTNESS_ONLY}
             return
         self.timing = timing.report(timing.Recorded(ref_ms, cand_ms, list(self.candidate_first)), plan, overhead_s,
                                     hidden, self.env.quiet.idle_s, self.phases)

@@ -22,6 +22,8 @@ TIMEOUT = "timeout"
 PARSE_ERROR = "parse_error"
 STATUSES = (OK, INCORRECT, REJECTED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT)
 ALL_STATUSES = STATUSES + (PARSE_ERROR,)
+# timing.protocol of an ok verdict with timing disabled: correct, and no speedup (every other ok verdict has one)
+CORRECTNESS_ONLY = "correctness only (timing disabled)"
 
 # Checks whose failure is the evaluation's own, not a finding about the candidate: the evaluator or its
 # pool failed, the reference failed beside the candidate, the GPU was unhealthy after it.

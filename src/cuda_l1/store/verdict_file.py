@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 
 from cuda_l1.errors import UserError
-from cuda_l1.evaluate.verdict import ALL_STATUSES, Check, Verdict
+from cuda_l1.evaluate.verdict import ALL_STATUSES, CORRECTNESS_ONLY, OK, Check, Verdict
 from cuda_l1.store.set_aside import set_aside
 from cuda_l1.text import has_surrogate
 
@@ -141,3 +141,8 @@ def _check_verdict(v: Verdict, key: Key) -> None:
         raise ValueError("versions are not strings")
     if not _number(v.elapsed_s) or not (isinstance(v.attempts, int) and not isinstance(v.attempts, bool)):
         raise ValueError("elapsed_s or attempts is not a number")
+    if v.status == OK and v.timing.get("protocol") != CORRECTNESS_ONLY:  # a timed ok verdict says what it measured
+        missing = [name for name in ("speedup", "raw_speedup", "reference_ms", "candidate_ms") if getattr(v, name) is None]
+        if missing or not v.speedup > 0:
+            raise ValueError(f"an ok verdict without {', '.join(missing) or 'a positive speedup'} (only one with "
+                             f"timing disabled, timing.protocol {CORRECTNESS_ONLY!r}, has none)")
