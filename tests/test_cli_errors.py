@@ -151,10 +151,10 @@ def test_a_broken_reference_is_bad_input_not_a_traceback(what, tmp_path):
     assert_one_paragraph(proc, 2, "ref.py", message)
 
 
-def test_a_broken_task_found_by_a_worker_ends_the_run_at_once(tmp_path):
+def test_a_broken_task_found_by_a_worker_is_bad_input_after_the_other_tasks(tmp_path):
     """Without the noise check, no reference runs before the workers judge: the worker that prepares a
-    task runs its reference first, and a broken one still ends the run as bad input, the workers
-    stopped, not waited for, and no candidate blamed for it."""
+    task runs its reference first, and a broken one is bad input (one paragraph, exit 2) once the other
+    tasks are judged, with no candidate blamed for it."""
     folder = tmp_path / "tasks"
     folder.mkdir()
     (folder / "1_good.py").write_text(GOOD_TASK)
@@ -166,7 +166,17 @@ def test_a_broken_task_found_by_a_worker_ends_the_run_at_once(tmp_path):
     assert time.monotonic() - started < 60
     with sqlite3.connect(tmp_path / "run" / "history.sqlite") as conn:
         judged = [row[0] for row in conn.execute("SELECT t.name FROM verdicts v JOIN tasks t ON t.id = v.task_id")]
-    assert "2_bad" not in judged  # no candidate was blamed (the good task's verdict may have come first)
+    assert judged == ["1_good"]  # judged, and no candidate blamed for the broken task
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--timeout", "inf"], "--timeout takes a finite number of seconds"),  # a hanging candidate held its worker
+    (["--cluster", "bogus"], "--cluster is local, ray or ray://ADDRESS"),  # taken when every verdict was resumed
+    (["--cluster", "ray://"], "--cluster is local, ray or ray://ADDRESS"),
+])
+def test_options_a_resumed_run_would_not_use_are_still_checked(args, needle, tmp_path):
+    assert_one_paragraph(cli("bench", "builtin", "--device", "cpu", "--no-calibrate", "--out", str(tmp_path / "r"),
+                             *args, cwd=tmp_path), 2, needle)
 
 def test_task_descriptions_keep_their_square_brackets(tmp_path):
     (tmp_path / "1_pair.py").write_text(GOOD_TASK)

@@ -368,9 +368,8 @@ def tasks_not_run_error(broken: Mapping[str, str], report: str | Path) -> Broken
     """What a command that finished its other work says of the tasks whose reference did not run: bad input
     (exit 2), after the report is written."""
     listed = "; ".join(f"{key}: {' '.join(why.split())[:300]}" for key, why in broken.items())
-    return BrokenTask(f"{len(broken)} task(s) not judged, since their reference does not run here, so their "
-                      f"candidates have no verdict; {report} covers the rest, and the same command run again "
-                      f"judges only these. {listed}")
+    return BrokenTask(f"{len(broken)} task(s) not judged, their reference failing here ({report} covers the "
+                      f"others; run again, the command judges only these): {listed}")
 
 
 def read_imported(path: str | Path | None) -> dict | None:
