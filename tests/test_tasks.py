@@ -110,6 +110,22 @@ def test_jsonl_solution_set_with_missing_candidates(tmp_path):
     assert len(load_tasks(str(path))) == 1  # same reference code: one task
 
 
+def test_names_a_task_source_gives_itself_print_as_one_plain_line(tmp_path, capsys):
+    """A solution set's task_name, a file's name and a docstring's first line go into every progress line,
+    table and report: control characters (NUL, newline, a terminal's escape codes) print as '?'."""
+    evil = "9_Evil\x1b[2J\nname\x00" + "x" * 500
+    doc = GOOD.replace('"""Doubles a tensor."""', '"""Doubles \x1b[31ma tensor."""')
+    path = write(tmp_path / "s.jsonl", json.dumps({"level_id": 1, "task_id": 9, "ref_code": doc,
+                                                   "custom_code": None, "task_name": evil}) + "\n")
+    task = load_solutions_jsonl(path)[0].task
+    assert task.name == "9_Evil?[2J?name?" + "x" * 184 and task.description == "Doubles ?[31ma tensor."
+    assert task.id == load_solutions_jsonl(path)[0].task.id  # (the source, not the name, makes the id)
+    named = load_task_file(write(tmp_path / "level1" / "3_a\nb.py", GOOD))
+    assert named.name == "3_a?b" and named.number == 3
+    assert run(["tasks", "list", str(path)]) == 0
+    assert "\x1b" not in capsys.readouterr().out
+
+
 def test_describe_task_builds_inputs_without_running_forward(tmp_path):
     marker = tmp_path / "forward_ran"
     src = GOOD.replace("        return x * 2", f"        open({str(marker)!r}, 'w').close()\n        return x * 2")

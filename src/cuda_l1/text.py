@@ -18,3 +18,14 @@ def has_surrogate(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+_CONTROL = {c: "?" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` as one line a terminal shows as it is: control characters (NUL, newline, the escape that
+    starts a terminal's colour or cursor codes) each as '?', lone surrogates too, at most `limit` characters.
+    For the names a task source gives itself (a solution set's task_name, a file name), which every
+    progress line, table and report prints."""
+    return encodable(text).translate(_CONTROL)[:limit]

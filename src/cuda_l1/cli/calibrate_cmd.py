@@ -74,6 +74,8 @@ def calibrate_command(
 
     target = parse_device(device)
     config = eval_config(target, "oracle", not full, timeout=timeout)
+    if out is not None and out.exists() and not out.is_dir():  # found before the minutes of measuring, not after
+        raise UserError("--out is a run directory, and this is a file.", path=str(out))
     tasks = pick_tasks(select_tasks(for_device(source, target), parse_levels(levels)), count)
     check_references(tasks, target, timeout_s=config.task_timeout_s)
     result = noise_check(tasks, config, target, out, quiet=as_json, count=count, quick=not full)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from cuda_l1.errors import TaskError
+from cuda_l1.text import printable
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 _NUMBER_PREFIX = re.compile(r"^(\d+)_")
@@ -127,7 +128,8 @@ def check_task_source(source: str, origin: str) -> str:
 
 def make_task(source: str, *, name: str, level: int, origin: str, number: int | None = None) -> Task:
     """Build a Task after checking its source statically (no code is executed)."""
-    description = check_task_source(source, origin)
+    description = printable(check_task_source(source, origin))
     if number is None:
         number = number_from_name(name)
-    return Task(name=name, level=level, source=source, origin=origin, description=description, number=number)
+    return Task(name=printable(name), level=level, source=source, origin=origin, description=description,
+                number=number)
