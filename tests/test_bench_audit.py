@@ -313,6 +313,7 @@ def test_an_ok_verdict_without_numbers_reads_only_when_timing_was_disabled(tmp_p
     _RECORD % '{"status": "ok", "device": 7}', _RECORD % '{"status": "ok", "task_id": "another"}',
     _RECORD % '{"status": "ok", "checks": [{"name": 1, "passed": true}]}', _RECORD % '{"status": "ok", "timing": []}',
     _RECORD % '{"status": "ok", "reasons": ["x \\ud800"]}',  # an escaped lone surrogate: a line of ASCII
+    _RECORD % '{"status": "ok", "checks": [{"name": "x"}]}', _RECORD % '{"speedup": 2}',
     _RECORD % '{"status": "ok"}',  # a timed ok verdict with no numbers: a report would count it correct, unmeasured
     _RECORD % '{"status": "ok", "speedup": 0, "raw_speedup": 1, "reference_ms": 1, "candidate_ms": 1}',
 ], ids=lambda line: line[-60:])
@@ -325,6 +326,7 @@ def test_a_malformed_verdicts_file_is_bad_input(kb_dir, tmp_path, line):
                  "--out", str(tmp_path / "run"), "--verdicts-from", str(bad))
     assert result.returncode == 2 and "line 1 is not a verdict record" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "history.sqlite").exists()
+    assert "__init__" not in result.stderr  # words for the user, not Python's
 
 
 def test_one_command_at_a_time_in_a_run_directory(tmp_path):

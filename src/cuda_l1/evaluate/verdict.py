@@ -56,6 +56,8 @@ class Check:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Check":
+        if not isinstance(data, dict) or "name" not in data or "passed" not in data:
+            raise ValueError("a check is an object with at least a name and passed")  # (not Python's words for it)
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
@@ -109,6 +111,8 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
+        if not isinstance(data, dict) or "status" not in data:
+            raise ValueError("a verdict is an object with at least a status")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["checks"] = [Check.from_dict(c) for c in data.get("checks", [])]
