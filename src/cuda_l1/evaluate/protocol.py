@@ -249,7 +249,7 @@ class Loaded:
     """Side -> parent: the module imported and the model built, or why not."""
 
     ok: bool
-    kind: str = ""  # "compile_error" | "runtime_error" | "harness_error" when not ok
+    kind: str = ""  # "compile_error" | "runtime_error" when not ok (nothing the side says is the evaluator's failure)
     message: str = ""
     signals: list[str] = field(default_factory=list)  # guarded names the import re-bound (informational)
     op: str = "loaded"

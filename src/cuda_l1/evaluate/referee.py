@@ -99,8 +99,6 @@ class Referee(RoundChecks):
         if loaded.signals:
             self._check("global_state", False, "importing the candidate re-bound: " + ", ".join(loaded.signals), blocking=False)
         if not loaded.ok:
-            if loaded.kind == "harness_error":
-                raise RuntimeError("the evaluation harness could not start in the side:\n" + loaded.message)
             if loaded.kind == "compile_error":
                 self._fail("compiles", COMPILE_ERROR, "the candidate does not load: " + loaded.message[-4000:])
                 self.status = COMPILE_ERROR
@@ -115,8 +113,9 @@ class Referee(RoundChecks):
         self.cand = Side("candidate", self.cand_proc, buffer,
                          RemoteMemory(cfg.device, self.cand_proc.harness_pid, env.max_output_bytes))
         mapped = self.cand_proc.request(buffer.message(), min(cfg.call_timeout_s, self.remaining()), Mapped)
-        if not mapped.ok:
-            raise RuntimeError("the side could not map its inputs: " + mapped.message)
+        if not mapped.ok:  # said by a process the candidate's code has run in: its failure, never the evaluator's
+            raise ChildFailure(RUNTIME_ERROR, "the side could not map its inputs once the candidate was loaded: "
+                               + mapped.message[-2000:])
         self.cand.input_ranges, self.cand.ring = mapped_inputs(self.cand), gating.ring_page(self.cand_proc, mapped)
         self.cand_proc.freeze()  # from now on the candidate runs only inside its own windows
         return True

@@ -220,7 +220,9 @@ def _check_confined(h) -> Confined:
 def _check_loaded(h) -> Loaded:
     _fields(Loaded, h)
     kind = _str(h.get("kind", ""), "kind", 40)
-    if kind not in ("", "compile_error", "runtime_error", "harness_error"):
+    # No kind blames the evaluation: the harness never sends one, and a side whose candidate has been imported
+    # could forge it (an evaluation failure is not the candidate's, is judged again, and is never a hack).
+    if kind not in ("", "compile_error", "runtime_error"):
         raise ProtocolError("loaded: unknown kind")
     return Loaded(_bool(h.get("ok"), "ok"), kind, _str(h.get("message", ""), "message"),
                   _strs(h.get("signals", []), "signals"))
