@@ -249,3 +249,39 @@ def test_empty_outputs_never_ring_bare_pointers():
     assert d.pointers is None
     d.first(torch.randn(4, 8))
     assert d.pointers(torch.randn(8, 4)) is not None  # the same byte size: rung by pointer
+
+
+def test_the_harness_work_of_a_call_is_timed_whole_on_a_page_no_parent_reads():
+    """What a loop of the candidate's own could skip in a CPU call is all of the harness's work in it
+    (the go word, the pointers, the ring, the layout compared after it): timed warm, as the bound of
+    timing.harness_cap, on a page of the side's own, without touching the real ring or the describer."""
+    d = Describer()
+    d.first(torch.randn(8, 4))
+    bell, out = doorbell.SideBell(), torch.randn(8, 4)
+    before = bytes(bell.page)
+    work = bell.harness_work_s(out, d)
+    assert 0 < work < 0.01
+    assert bytes(bell.page) == before  # the real ring untouched
+    assert not d.varied and bell.harness_work_s(torch.randn(4, 8).t(), d) > 0 and not d.varied
+    assert work > _timed(lambda: d.pointers(out))  # more than the pointer reader alone, the old measure
+
+
+def _timed(fn, repeats: int = 5) -> float:
+    import time
+
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return sorted(samples)[repeats // 2]
+
+
+def test_a_cpu_speedup_is_credited_only_with_the_harness_work_added_to_the_candidate():
+    from cuda_l1.evaluate.timing import harness_cap
+
+    assert harness_cap(1.10, 0.0140, 0.0127, 3.5e-6) == 1.0  # what a skipped loop gains: nothing
+    assert harness_cap(2.0, 0.050, 0.025, 3.5e-6) == pytest.approx(0.050 / 0.0285)  # an honest 2x on 50 us calls
+    assert harness_cap(2.0, 5.0, 2.5, 3.5e-6) == pytest.approx(2.0, rel=0.003)  # ms calls: next to nothing
+    assert harness_cap(0.8, 0.0140, 0.0175, 3.5e-6) == 0.8  # never below what was measured, nor below 1 for it
+    assert harness_cap(1.5, 0.050, 0.030, 0.0) == 1.5  # no measure of the work (a GPU side): as it was

@@ -210,14 +210,17 @@ class Side:
                 calls = [describer.first(outs[0])] + [describer.later(out) for out in outs[1:]]
             if self.device.startswith("cuda"):
                 exports = describer.exports(calls)
-            # The harness's own per-call work (Ran.harness_s): describing a later call by its pointers
-            # once more, warm, times the calls. Timed after each call it also held the misses of caches
-            # the call had just flushed (120-300 us after a 50 ms CPU matmul, against 3.5 us warm),
-            # which no leaner loop saves, and put honest 1 ms calls under the floor (timing.HARNESS_FACTOR).
+            # The harness's own per-call work (Ran.harness_s), warm, times the calls: timed after each call
+            # it also held the misses of caches the call had just flushed (120-300 us after a 50 ms CPU
+            # matmul, against 3.5 us warm), which no leaner loop saves. A CPU side past its first windows:
+            # all of its work in a call (doorbell.SideBell.harness_work_s); else describing a call once more.
             started = time.perf_counter()
-            if outs:  # what a later call did in its time: past a CPU side's first windows, its pointers
-                fast(outs[-1]) if fast is not None else describer.later(outs[-1])
-            harness_s = (time.perf_counter() - started) * len(outs)
+            if fast is not None and outs:
+                harness_s = bell.harness_work_s(outs[-1], describer) * len(outs)
+            else:
+                if outs:
+                    describer.later(outs[-1])
+                harness_s = (time.perf_counter() - started) * len(outs)
             self.kept = outs
         except BaseException as exc:  # noqa: BLE001
             self.send(Ran(False, _traceback(exc, self.filename)))

@@ -100,7 +100,11 @@ class SideBell:
         self.fd = os.memfd_create("cuda-l1-doorbell", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(self.fd, PAGE_BYTES)
         fcntl.fcntl(self.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-        self.page = mmap.mmap(self.fd, PAGE_BYTES)
+        self._attach(mmap.mmap(self.fd, PAGE_BYTES))
+
+    def _attach(self, page: mmap.mmap) -> None:
+        self.page = page
+        self._scratch: SideBell | None = None
         self.record = (ctypes.c_uint64 * RING_WORDS).from_buffer(self.page)
         self.go = ctypes.c_uint64.from_buffer(self.page, GO_OFFSET)
         self.asleep = ctypes.c_uint64.from_buffer(self.page, ASLEEP_OFFSET)
@@ -132,6 +136,30 @@ class SideBell:
                 start = -1.0  # sleep from now on
                 now = time.perf_counter()
             last = now
+
+    def harness_work_s(self, out, describer, repeats: int = 5) -> float:
+        """The harness's own work in one call of a CPU window, the call itself and the waits for the parent
+        left out: the go word read, the output kept, its pointers, the ring, its layout compared after the
+        ring (child.Side._ring_calls). All of it runs in the candidate's process, where a loop of its own
+        can skip it, so all of it is the bound of what skipping saves (timing.harness_cap); on the
+        reference's side, which runs no candidate code, it is measured honestly. Timed warm (the median of
+        `repeats`) on a page of this process's own (no parent reads it, so no ring wakes anyone)."""
+        if self._scratch is None:
+            self._scratch = ScratchBell()
+        bell, spans, fast, confirm = self._scratch, describer.layout.spans, describer.pointers, describer.confirm
+        varied, kept, samples = describer.varied, [], []
+        seq = bell.go.value = bell.go.value + 1
+        for _ in range(repeats):
+            started = time.perf_counter()
+            bell.wait(seq)
+            kept.append(out)
+            pointers = fast(out)
+            if pointers is not None:
+                bell.ring_pointers(seq + 1, pointers, spans)
+                kept.append(confirm(out, pointers))
+            samples.append(time.perf_counter() - started)
+        describer.varied = varied  # (a timing, not a call: what it compared changes nothing)
+        return sorted(samples)[repeats // 2]
 
     def ring(self, seq: int, call: CallOutputs) -> None:
         """Call done: where its tensor outputs are, then the sequence number (front word last)."""
@@ -184,3 +212,11 @@ class SideBell:
             if not self.asleep.value:
                 return
         self._futex(self._ring_at, FUTEX_WAKE, 1, None, None, 0)
+
+
+class ScratchBell(SideBell):
+    """A doorbell page of the side's own memory that no parent maps: where SideBell.harness_work_s rings."""
+
+    def __init__(self):  # (no memfd: nothing outside this process reads it)
+        self.fd = -1
+        self._attach(mmap.mmap(-1, PAGE_BYTES))

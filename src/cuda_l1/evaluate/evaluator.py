@@ -295,6 +295,12 @@ class Evaluator:
             # Unmeasured windows can only lower a score: a slow candidate that made the reference's windows
             # unresolved (by forcing one call a window, say) keeps the score its own windows earn.
             verdict.speedup = est.score if referee.unresolved is None else min(est.score, 1.0)
+            if config.device == "cpu":  # a CPU window's loop is the side's own: what skipping it could save
+                harness_s = timing.harness_call_s(harness)
+                capped = timing.harness_cap(verdict.speedup, est.reference_ms, est.candidate_ms, harness_s)
+                if capped < verdict.speedup:
+                    verdict.timing["harness_cap"] = {"score": round(verdict.speedup, 4), "harness_us": round(harness_s * 1e6, 2)}
+                verdict.speedup = capped
             verdict.timing = {**referee.timing, **verdict.timing}
             # `ci` holds the spread between processes too (timing.estimate); the rounds' own interval:
             verdict.timing["ci_within_rounds"] = [est.within_lo, est.within_hi]

@@ -106,6 +106,18 @@ def resolution_note(at_overhead_counts: dict[str, int], rounds: int, overhead_s:
             f"is not measured and scores at most 1.00")
 
 
+def harness_cap(score: float, reference_ms: float, candidate_ms: float, harness_s: float) -> float:
+    """A CPU speedup above 1 credited only as far as it holds with the harness's whole per-call work
+    (`harness_s`: doorbell.SideBell.harness_work_s, as the reference's side measured it) added to the
+    candidate's calls. That work runs in the candidate's process, and a loop of its own that skipped all
+    of it turned the skipped part into speedup (a 16x64 by 64x64 matrix product of 11-15 us a call, the
+    reference's own code, read raw 1.10-1.12 so; identical code 0.97-1.00). Never below 1.00 for it, and
+    next to nothing where the calls take far longer than that work (a few us)."""
+    if not score > 1.0 or not harness_s > 0 or not candidate_ms >= 0:
+        return score
+    return min(score, max(1.0, reference_ms / (candidate_ms + harness_s * 1e3)))
+
+
 def calls_for(per_call_s: float, target_s: float, max_calls: int) -> int:
     """How many calls fill a window of `target_s` (at least 1, at most `max_calls`)."""
     if per_call_s <= 0 or not math.isfinite(per_call_s):
