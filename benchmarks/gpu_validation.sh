@@ -48,6 +48,8 @@
 #               strategies), archived the same way as OUT/kb-run.tgz
 #   (audit, kb-bench: AUDIT_VERDICTS / KB_VERDICTS name a verdicts.jsonl of an earlier run, kept where the
 #   run directory was not: its verdicts are taken instead of judged again, see `cuda-l1 bench --help`)
+# MEMORY_SAMPLES=1 (optional): beside every step, the GPU's memory (in all and per process) and the five largest
+# processes' resident memory, once a second, into OUT/memory-STEP.txt.gz: what a memory limit would have seen.
 # HOLD_AWAKE=1 (optional): every step runs with the CPUs held out of deep idle states (as window-noise's third run),
 # e.g. HOLD_AWAKE=1 IDENTICAL_ARGS='--settle-ms 0' ... identical throughput.
 # DEADLINE_S (optional): seconds the whole script may take. Each step's limit is cut to what is left
@@ -84,10 +86,29 @@ step() {  # step NAME SECONDS COMMAND...
     fi
     [ "$left" -lt "$limit" ] && limit=$left
   fi
+  local sampler=""
+  if [ -n "${MEMORY_SAMPLES:-}" ]; then
+    memory_samples > "$out/memory-$name.txt" 2>&1 &
+    sampler=$!
+  fi
   timeout -s INT -k 20 "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    gzip -f "$out/memory-$name.txt"
+  fi
   echo "$name: rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$out/steps.txt"
   return $rc
+}
+
+memory_samples() {  # once a second until killed: a time stamp, the GPU's memory, per process, the largest by RSS
+  while true; do
+    echo "t $(date +%s)"
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
+    ps -eo pid,rss,comm --sort=-rss | head -6
+    sleep 1
+  done
 }
 
 cpu_idle() {  # the host's CPU idle states and whether the PM QoS request can be held
