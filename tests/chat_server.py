@@ -56,6 +56,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers (e.g. Retry-After)
     body: dict[str, Any] = field(default_factory=dict)  # fields set in the response body, as they are (malformed ones)
     choice: dict[str, Any] = field(default_factory=dict)  # fields set in every choice, as they are
+    html: str | None = None  # answer 200 with this as a text/html page instead (a web server at the wrong URL)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,14 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.status != 200:
                 error = {"message": reply.error_message, "type": "scripted", "code": reply.status}
                 self._send_json(reply.status, {"error": error}, reply.headers)
+                return
+            if reply.html is not None:
+                page = reply.html.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
                 return
             self._send_json(200, chat_response(body, reply), reply.headers)
         except (BrokenPipeError, ConnectionResetError):

@@ -131,6 +131,15 @@ def test_choices_that_are_no_list_make_a_failed_request(chat_server, choices):
     assert not c.ok and c.text == "" and "bad response" in c.error
 
 
+def test_a_web_page_in_place_of_a_completion_says_so(chat_server):
+    """A --base-url that names a web server's page (a UI, a proxy's login) answers 200 with HTML: the
+    failure says so and where the API usually is, not "no choices"."""
+    chat_server.enqueue(Reply(html="<!DOCTYPE html><html><body>Sign in</body></html>"))
+    [c] = run(LLMClient(endpoint(chat_server, max_retries=0)), lambda cl: cl.complete(MESSAGES))
+    assert not c.ok and "not a chat completion" in c.error and "<!DOCTYPE html>" in c.error, c.error
+    assert "/v1" in c.error
+
+
 def test_length_finish_reason_and_overrides(chat_server):
     chat_server.enqueue(Reply(text="x" * 400))
     client = LLMClient(endpoint(chat_server))

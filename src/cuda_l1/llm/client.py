@@ -247,6 +247,10 @@ class LLMClient:
             except Exception as exc:  # anything else the endpoint provokes must not stop the loop
                 raise _Permanent(self._scrub(f"unexpected {type(exc).__name__}: {exc}")) from None
             self._stats.latency_s += time.perf_counter() - t0
+        if isinstance(response, (str, bytes)):  # a 200 that is no JSON: the SDK hands the body back as text
+            page = (response.decode("utf-8", "replace") if isinstance(response, bytes) else response).strip()
+            raise _Permanent(self._scrub(f"bad response: not a chat completion but text ({page[:80]!r}); the base "
+                                         "URL should name the API's root, such as http://HOST:8000/v1"))
         choices = getattr(response, "choices", None)
         if not isinstance(choices, list) or not choices:  # (a body with "choices": 5 got this far)
             raise _Permanent("bad response: no choices")
