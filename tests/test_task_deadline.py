@@ -295,3 +295,33 @@ def test_a_hanging_memory_estimate_holds_up_no_other_task():
     assert room.need(hanging) == 7  # known once it ended
     # An infinite task_timeout_s is no limit, not an overflow in a worker's bounded wait.
     assert Evaluators(lambda task: object(), wait_s=2 * math.inf + 900).wait_s is None
+
+
+def test_tasks_show_takes_a_deadline_for_the_tasks_own_code(tmp_path):
+    """`tasks show` builds a task's inputs in its own process: a task whose get_inputs sleeps is broken
+    past --timeout (it waited the 300 s default with no way to say less)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "sleepy.py"
+    path.write_text(textwrap.dedent('''
+        import time
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x
+
+        def get_inputs():
+            time.sleep(100)
+            return [torch.randn(4)]
+
+        def get_init_inputs():
+            return []
+    '''))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cuda_l1", "tasks", "show", str(path), "sleepy", "--timeout", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "ran past its deadline of 2 s" in proc.stderr, proc.stderr[-2000:]
+    assert time.monotonic() - started < 60 and "Traceback" not in proc.stderr

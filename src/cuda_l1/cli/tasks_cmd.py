@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 from rich.markup import escape
 from rich.syntax import Syntax
@@ -9,7 +11,9 @@ from rich.table import Table
 
 from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
+from cuda_l1.errors import UserError
 from cuda_l1.tasks import find_task, load_tasks, parse_levels, select_tasks
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 from cuda_l1.tasks.runtime import describe_task
 from cuda_l1.tasks.loaders import builtin_gpu_sizes
 from cuda_l1.tasks.sizes import GPU, GPU_TARGET_MS
@@ -65,11 +69,16 @@ def show_task(
     source: str = typer.Argument(..., metavar="SOURCE", help=SOURCE_HELP),
     task_id: str = typer.Argument(..., metavar="ID", help="Task id (or 4+ leading characters), name, or level/number."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    timeout: float = typer.Option(DEFAULT_TASK_TIMEOUT_S, "--timeout", metavar="SECONDS", min=1.0,
+                                  help="Deadline of the task's own code, each of: its import, building its "
+                                  "model and inputs (a task that sleeps or loops is reported broken past it)."),
 ) -> None:
     """Show one task: its inputs (built by get_inputs, forward is not run) and its source."""
+    if not math.isfinite(timeout):
+        raise UserError(f"--timeout takes a finite number of seconds (got {timeout}).")
     task = find_task(load_tasks(source), task_id)
     sizes = builtin_sizes(task)
-    info = describe_task(task, on_meta=bool(sizes) and sizes["applied"] == GPU)
+    info = describe_task(task, on_meta=bool(sizes) and sizes["applied"] == GPU, timeout_s=timeout)
     if as_json:
         print_json({**info, **({"sizes": sizes} if sizes else {}), "source": task.source})
         return
