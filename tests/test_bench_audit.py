@@ -15,6 +15,7 @@ import pytest
 
 from cuda_l1.errors import UserError
 from cuda_l1.store.verdict_file import read_verdicts
+from cuda_l1.tasks import load_task_file
 
 CORPUS = Path(__file__).parent / "corpus"
 REF = (CORPUS / "refs" / "relu_add.py").read_text()
@@ -168,17 +169,16 @@ def test_a_broken_reference_found_by_a_worker_leaves_its_task_unjudged_and_the_r
     config = EvalConfig(device="cpu", timing=TimingConfig.quick())
     result = bench.run_bench(str(kb_dir), str(out), strategies=["eager"], levels=None, device="cpu", config=config,
                              progress=False, workers=1)
-    broken = result["counts"]["broken_tasks"]
-    assert list(broken) == ["L1/3_Broken"], broken
-    assert "3_Broken.py" in broken["L1/3_Broken"] and "line 13" in broken["L1/3_Broken"], broken
-    assert "forward broke" in broken["L1/3_Broken"]
+    [(task_id, broken)] = result["counts"]["broken_tasks"].items()
+    assert broken["task"] == "L1/3_Broken" and task_id == load_task_file(kb_dir / "level1" / "3_Broken.py").id
+    assert "3_Broken.py" in broken["why"] and "line 13" in broken["why"] and "forward broke" in broken["why"]
     assert ran_here == []
     with sqlite3.connect(out / "history.sqlite") as conn:
         judged = dict(conn.execute("SELECT t.name, v.status FROM verdicts v JOIN tasks t ON t.id = v.task_id"))
     assert judged == {"1_ReluAdd": "ok", "2_Softmax": "ok", "4_After": "ok"}
     assert len(read_verdicts(out / "verdicts.jsonl")) == 3
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["overall"]["n_tasks"] == 3 and list(summary["tasks_not_run"]) == ["L1/3_Broken"]
+    assert summary["overall"]["n_tasks"] == 3 and [t["task"] for t in summary["tasks_not_run"]] == ["L1/3_Broken"]
     assert "Not judged" in (out / "report.html").read_text()
 
 
@@ -198,6 +198,26 @@ def test_bench_with_a_broken_task_prints_its_results_then_exits_2(kb_dir, tmp_pa
     again = cli(*args)
     assert again.returncode == 2 and "0 evaluated, 2 already done" in again.stdout, again.stdout[-2000:]
     assert "1 task(s) not judged" in again.stderr
+
+
+def test_the_noise_check_of_a_run_leaves_a_broken_task_to_the_run(kb_dir, tmp_path):
+    """A folder of candidates runs the A/A noise check on a few of its tasks first: a broken one among
+    them ended the run before any verdict. The check takes tasks whose reference runs; the run judges
+    the others and names the broken one, as without the check."""
+    (kb_dir / "level1" / "0_Broken.py").write_text(REF.replace("return torch.relu(x) + y",
+                                                               'raise ValueError("forward broke")'))
+    candidates = tmp_path / "candidates"
+    candidates.mkdir()
+    for name in ("0_Broken", "1_ReluAdd"):
+        (candidates / f"{name}.py").write_text(REF.replace("class Model(", "class ModelNew("))
+    out = tmp_path / "run"
+    proc = cli("bench", str(candidates), "--tasks", str(kb_dir), "--device", "cpu", "--quick", "--out", str(out))
+    assert proc.returncode == 2 and "1 task(s) not judged" in proc.stderr and "forward broke" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert "noise check" in proc.stderr and (out / "calibration.json").is_file()
+    with sqlite3.connect(out / "history.sqlite") as conn:
+        judged = dict(conn.execute("SELECT t.name, v.status FROM verdicts v JOIN tasks t ON t.id = v.task_id"))
+    assert judged == {"1_ReluAdd": "ok"}
 
 
 def test_a_reference_that_cannot_run_in_the_sandbox_fails_its_task_only(kb_dir, tmp_path):

@@ -273,6 +273,8 @@ def test_paths_that_cannot_be_used_and_a_damaged_store_are_one_paragraph(tmp_pat
     started = time.monotonic()  # calibrate's --out found a file only after its minutes of measuring
     assert_one_paragraph(cli("calibrate", "task.py", "--device", "cpu", "--out", "afile", cwd=tmp_path), 2,
                          "afile", "this is a file")
+    assert_one_paragraph(cli("calibrate", "task.py", "--device", "cpu", "--out", "afile/sub", cwd=tmp_path), 2,
+                         "afile")
     assert time.monotonic() - started < 30
     run = ["bench", "task.py", "--device", "cpu", "--strategies", "eager", "--no-calibrate", "--out", "run"]
     (tmp_path / "run" / "summary.json").mkdir(parents=True)

@@ -278,3 +278,16 @@ def test_a_thread_that_waited_for_a_failed_preparation_does_not_run_the_task_aga
     first.join(10)
     waiter.join(10)
     assert calls == [big.id] and heard == ["9_big.py: forward broke"] * 2
+
+
+def test_a_wait_that_ran_out_is_not_remembered_as_a_broken_task():
+    """A job that waited too long for another thread's preparation of its task fails as the task's, but
+    proves nothing of the reference: the task's next job prepares it again."""
+    from cuda_l1.evaluate.jobs import PreparationWait
+
+    evaluators = Evaluators(lambda task: ScriptedEvaluator(task, [], [], {"free": 0}), keep=2)
+    big = _task(2)
+    with pytest.raises(PreparationWait):
+        crowding.prepare(evaluators, None, big, (), failure=PreparationWait("9_big.py: preparing took longer"))
+    assert evaluators.broken == {}
+    assert crowding.prepare(evaluators, None, big, ()).task is big

@@ -15,7 +15,7 @@ from cuda_l1.evaluate import output_memory, protocol, timing, validate, verify
 from cuda_l1.evaluate.confine import ConfinePlan, landlock_abi
 from cuda_l1.evaluate.protocol import CallOutputs, ProtocolError
 from cuda_l1.evaluate.config import SandboxConfig
-from cuda_l1.evaluate.sandbox import SideProcess
+from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux confinement")
 
@@ -529,6 +529,45 @@ def test_an_extension_given_to_a_side_never_follows_links_it_planted(tmp_path):
     assert os.path.dirname(given) != str(scratch / "ext") and open(given, "rb").read() == b"\x7fELF built"
     assert list(victim.iterdir()) == [] and (victim.stat().st_mode & 0o777) == 0o700
     assert not os.path.samefile(given, built)  # a copy: the side cannot write to the build cache's file
+
+
+def test_an_extension_the_sides_scratch_cannot_take_is_the_candidates_failure(tmp_path, monkeypatch):
+    """The scratch directory is the candidate's: one it filled (ENOSPC) or raced into (the file made
+    first) was an OSError in the parent, an "evaluator" failure, judged again and never a hack."""
+    import errno
+    import shutil
+
+    from cuda_l1.evaluate import sides
+
+    built = tmp_path / "lib.so"
+    built.write_bytes(b"\x7fELF built")
+
+    class Proc:
+        notes: dict = {}
+        scratch = str(tmp_path)
+
+        def harness_pid(self):
+            return None
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfileobj", full)
+    with pytest.raises(ChildFailure, match="No space left") as caught:
+        sides.give_file(Proc(), str(built))
+    assert caught.value.kind == "runtime_error"
+    monkeypatch.undo()
+    real_open = os.open
+
+    def raced(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT:
+            raise FileExistsError(errno.EEXIST, "File exists")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", raced)
+    with pytest.raises(ChildFailure, match="before the parent did") as caught:
+        sides.give_file(Proc(), str(built))
+    assert caught.value.kind == "rejected"
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")

@@ -71,3 +71,6 @@ def test_evaluation_settings_out_of_range_are_refused_also_when_changed_later():
     config.timing.settled_calls, config.timing.settle_rate = 4, 1.5
     with pytest.raises(UserError, match="settle_rate is between 0 and 1"):
         dataclasses.replace(config)
+    for name in ("timeout_s", "call_timeout_s"):  # a side that never answers would hold its worker for good
+        with pytest.raises(UserError, match="every timeout must be a positive, finite number"):
+            EvalConfig(**{name: float("inf")})

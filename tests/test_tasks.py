@@ -118,10 +118,15 @@ def test_names_a_task_source_gives_itself_print_as_one_plain_line(tmp_path, caps
     path = write(tmp_path / "s.jsonl", json.dumps({"level_id": 1, "task_id": 9, "ref_code": doc,
                                                    "custom_code": None, "task_name": evil}) + "\n")
     task = load_solutions_jsonl(path)[0].task
-    assert task.name == "9_Evil?[2J?name?" + "x" * 184 and task.description == "Doubles ?[31ma tensor."
+    assert task.name == "9_Evil?[2J?name?" + "x" * 239 and task.description == "Doubles ?[31ma tensor."
     assert task.id == load_solutions_jsonl(path)[0].task.id  # (the source, not the name, makes the id)
     named = load_task_file(write(tmp_path / "level1" / "3_a\nb.py", GOOD))
     assert named.name == "3_a?b" and named.number == 3
+    from cuda_l1.bench import candidates_from_directory  # a candidate file is named as its task's file is
+
+    write(tmp_path / "candidates" / "3_a\nb.py", GOOD.replace("class Model(", "class ModelNew("))
+    [candidate] = candidates_from_directory(str(tmp_path / "candidates"), [named])
+    assert candidate.task is named
     assert run(["tasks", "list", str(path)]) == 0
     assert "\x1b" not in capsys.readouterr().out
 

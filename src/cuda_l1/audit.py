@@ -119,7 +119,7 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
             keep_verdicts(ctx)
             raise
         dkey, ckey = device_key(device), config.config_key()
-        broken = counts["broken_tasks"]  # task key -> why its reference does not run here
+        broken = counts["broken_tasks"]  # task id -> its key and why its reference does not run here
         rows = []
         for cand in candidates:  # resumed candidates come back from the store
             verdict = verdicts.get(cand.meta["line"])
@@ -128,8 +128,8 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
 
                 verdict = ctx.store.verdict_for(candidate_id(cand.source), dkey, ckey, task_id=cand.task.id)
             row = _row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction)
-            if verdict is None and cand.task.key in broken:  # a broken ref_code is bad input, not a verdict
-                row.update(status=TASK_BROKEN, outcome=TASK_BROKEN, reasons=[broken[cand.task.key]])
+            if verdict is None and cand.task.id in broken:  # a broken ref_code is bad input, not a verdict
+                row.update(status=TASK_BROKEN, outcome=TASK_BROKEN, reasons=[broken[cand.task.id]["why"]])
             rows.append(row)
         rows += [_row(m["task"], m["line"], m["claims"], None, hold_fraction) for m in missing]
         rows.sort(key=lambda r: r["line"])

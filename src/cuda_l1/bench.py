@@ -22,8 +22,8 @@ from cuda_l1.evaluate.verdict import REJUDGE_CHECK, Verdict
 from cuda_l1.progress import EvalProgress
 from cuda_l1.store.run_lock import RunLock
 from cuda_l1.tasks import Task, for_device, load_solutions_jsonl, load_tasks, no_task_matched, select_tasks
-from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 from cuda_l1.tasks.loaders import first_tasks
+from cuda_l1.tasks.task import task_name
 
 STORE_NAME = "history.sqlite"
 MISSING_RULE = "one"  # tasks without a correct candidate count as speedup 1.0 in means (as the paper)
@@ -90,7 +90,7 @@ def candidates_from_directory(path: str, tasks: list[Task]) -> list[Candidate]:
     by_name = {t.name: t for t in tasks}
     out = []
     for file in sorted(Path(path).rglob("*.py")):
-        task = by_name.get(file.stem)
+        task = by_name.get(task_name(file.stem))  # (named as the task files are: control characters as '?')
         if task is None:
             raise UserError(f"no task named {file.stem!r} among the tasks given with --tasks.", path=str(file))
         try:
@@ -161,8 +161,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
 
     Each task's reference is run once by the worker that prepares the task, before any of its
     candidates is judged (TaskEnv); a broken one (BrokenTask: bad input) leaves its candidates without a
-    verdict, and the others are judged: counts["broken_tasks"] maps its key to why, for the caller to
-    report (one task that fails on this machine must not stop a run of 250). Running every reference
+    verdict, and the others are judged: counts["broken_tasks"] maps its id to its key and why, for the
+    caller to report (one task that fails on this machine must not stop a run of 250). Running every reference
     here first cost a KernelBench run 70-95 s of each call on an H200 before its first verdict."""
     store, dkey, ckey = ctx.store, device_key(device), config.config_key()
     todo: list[tuple[Candidate, str]] = []
@@ -184,7 +184,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
         elif known is not None and known.settled:
             continue
         todo.append((cand, cid))  # new, reopened, or one the evaluation itself failed (judged again)
-    broken: dict[str, str] = {}  # task key -> why its reference does not run here (a BrokenTask's words)
+    broken: dict[str, dict] = {}  # task id -> {"task": its key, "why": a BrokenTask's words}
     counts = {"total": len(candidates), "skipped": len(candidates) - len(todo) - taken, "evaluated": 0, "reused": 0,
               "rejudged": reopened, "imported": taken, "broken_tasks": broken}
     if not todo:  # a finished run resumed: no pool is started
@@ -199,8 +199,7 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                 try:
                     judged = future.result()
                 except BrokenTask as exc:  # its task's reference does not run: no verdict, the others go on
-                    if cand.task.key not in broken:
-                        broken[cand.task.key] = str(exc)
+                    broken.setdefault(cand.task.id, {"task": cand.task.key, "why": str(exc)})
                     bar.advance(f"{cand.task.key} {cand.label} not judged: its task's reference does not run")
                     continue
                 except TaskError:  # any other bad input: the run ends now
@@ -228,31 +227,6 @@ def verdict_line(task_key: str, label: str, verdict: Verdict) -> str:
     if verdict.elapsed_s:
         text += f" [{verdict.elapsed_s:.1f} s]"  # the verdict's own time (loaded ahead: from its load)
     return text
-
-
-def check_references(tasks: Iterable[Task], device: Device, mode: str = "train",
-                     timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) -> dict:
-    """Run every distinct reference once here, so that a broken one is reported as bad input (exit 2)
-    instead of as a failing verdict of each candidate: for callers of a few tasks (eval, optimize,
-    calibrate), in the module mode they judge in, each within `timeout_s` (EvalConfig.task_timeout_s). Skipped for GPUs that only a cluster has. Returns
-    {"checked": how many ran, "seconds"}."""
-    import time
-
-    import torch
-
-    from cuda_l1.tasks.runtime import check_reference
-
-    result = {"checked": 0, "seconds": 0.0}
-    if device.remote:
-        return result
-    started = time.perf_counter()
-    for task in {task.id: task for task in tasks}.values():
-        check_reference(task, str(device), mode=mode, timeout_s=timeout_s)
-        result["checked"] += 1
-    if device.is_cuda and result["checked"]:
-        torch.cuda.empty_cache()  # the checked models are gone; give their memory back to the workers
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    return result
 
 
 def keep_verdicts(ctx: RunContext) -> None:
@@ -364,10 +338,10 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     return {"counts": counts, "notes": notes, "paths": {k: str(v) for k, v in paths.items()}}
 
 
-def tasks_not_run_error(broken: Mapping[str, str], report: str | Path) -> BrokenTask:
-    """What a command that finished its other work says of the tasks whose reference did not run: bad input
-    (exit 2), after the report is written."""
-    listed = "; ".join(f"{key}: {' '.join(why.split())[:300]}" for key, why in broken.items())
+def tasks_not_run_error(broken: Mapping[str, dict], report: str | Path) -> BrokenTask:
+    """What a command that finished its other work says of the tasks whose reference did not run
+    (evaluate_candidates' counts["broken_tasks"]): bad input (exit 2), after the report is written."""
+    listed = "; ".join(f"{t['task']} ({task_id}): {' '.join(t['why'].split())[:300]}" for task_id, t in broken.items())
     return BrokenTask(f"{len(broken)} task(s) not judged, their reference failing here ({report} covers the "
                       f"others; run again, the command judges only these): {listed}")
 

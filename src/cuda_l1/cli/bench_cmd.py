@@ -78,8 +78,9 @@ def bench_command(
     """Evaluate offline strategies (eager, torch.compile variants, CUDA graphs) or given candidates.
 
     Writes summary.json, results.csv, report.html and plots to --out."""
-    from cuda_l1.bench import (check_references, check_tasks_option, load_summary, read_imported, run_bench,
-                               select_tasks, tasks_not_run_error)
+    from cuda_l1.bench import (check_tasks_option, load_summary, read_imported, run_bench, select_tasks,
+                               tasks_not_run_error)
+    from cuda_l1.reference_runs import references_that_run
     from cuda_l1.calibrate import pick_tasks
     from cuda_l1.cli.calibrate_cmd import eager_is_the_noise_check, noise_check
     from cuda_l1.devices import parse_device
@@ -96,9 +97,11 @@ def bench_command(
         calibrate = not (strategies_run and eager_is_the_noise_check(chosen))
     if calibrate:  # the tasks of the run: of --tasks for a folder of candidates, else of SOURCE
         noise_tasks = select_tasks(for_device(tasks or source, target), level_set, limit)
-        # those it times, not all
-        check_references(pick_tasks(noise_tasks, 3), target, mode=config.module_mode, timeout_s=config.task_timeout_s)
-        noise_check(noise_tasks, config, target, out, quiet=as_json, count=3)
+        # those it times, not all; a broken one is left to the run, which judges the other tasks first
+        noise_tasks = references_that_run(pick_tasks(noise_tasks, len(noise_tasks)), target, 3,
+                                          mode=config.module_mode, timeout_s=config.task_timeout_s)
+        if noise_tasks:
+            noise_check(noise_tasks, config, target, out, quiet=as_json, count=3)
     result = run_bench(source, str(out), strategies=chosen, levels=level_set, device=target, config=config,
                        cluster=cluster, workers=workers, tasks_source=tasks, progress=True, limit=limit,
                        rejudge=statuses, imported=imported)

@@ -68,14 +68,17 @@ def calibrate_command(
 ) -> None:
     """Time the unchanged reference against itself (A/A) on a few tasks: how far identical code strays on
     this host, and whether that is too far to trust a speedup measured here."""
-    from cuda_l1.bench import check_references, select_tasks
+    from cuda_l1.bench import select_tasks
+    from cuda_l1.reference_runs import check_references
     from cuda_l1.calibrate import pick_tasks
     from cuda_l1.cli.eval_cmd import eval_config
 
     target = parse_device(device)
     config = eval_config(target, "oracle", not full, timeout=timeout)
-    if out is not None and out.exists() and not out.is_dir():  # found before the minutes of measuring, not after
-        raise UserError("--out is a run directory, and this is a file.", path=str(out))
+    if out is not None:  # a run directory that cannot be made is found before the minutes of measuring, not after
+        if out.exists() and not out.is_dir():
+            raise UserError("--out is a run directory, and this is a file.", path=str(out))
+        out.mkdir(parents=True, exist_ok=True)  # (an OSError: one paragraph naming the path, exit 2)
     tasks = pick_tasks(select_tasks(for_device(source, target), parse_levels(levels)), count)
     check_references(tasks, target, timeout_s=config.task_timeout_s)
     result = noise_check(tasks, config, target, out, quiet=as_json, count=count, quick=not full)

@@ -103,7 +103,8 @@ def optimize_command(
     Recent failures are shown too; every answer is evaluated and written back. Writes solutions.jsonl
     (the format `cuda-l1 audit` reads), summary.json, results.csv, report.html and events.jsonl to --out.
     Without an endpoint only the offline strategies run."""
-    from cuda_l1.bench import check_references, load_summary, select_tasks
+    from cuda_l1.bench import load_summary, select_tasks
+    from cuda_l1.reference_runs import check_references
     from cuda_l1.devices import parse_device
     from cuda_l1.tasks import for_device
     from cuda_l1.cli.calibrate_cmd import eager_is_the_noise_check, noise_check

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from cuda_l1.devices import is_spelled
@@ -244,9 +246,9 @@ def check_settings(config: EvalConfig) -> None:
         (config.lookahead is None or 0 <= config.lookahead <= 8, "lookahead must be between 0 and 8"),
         # (glibc gives a free heap top of 2 GiB or more back at once: a larger reserve would cost and do nothing)
         (0 <= config.heap_reserve_bytes < 1 << 31, "heap_reserve_bytes must be between 0 and 2 GiB (exclusive)"),
-        (min(config.timeout_s, config.load_timeout_s, config.task_timeout_s, config.first_call_timeout_s,
-             config.call_timeout_s) > 0,
-         "every timeout must be positive"),
+        (all(0 < value < math.inf for value in (config.timeout_s, config.load_timeout_s, config.task_timeout_s,
+                                                 config.first_call_timeout_s, config.call_timeout_s)),
+         "every timeout must be a positive, finite number of seconds"),
         (t.window_s > 0 and t.max_time_s > 0 and t.warmup_s >= 0, "timing window_s and max_time_s must be positive"),
         (1 <= t.warmup_rounds and 1 <= t.min_rounds <= t.max_rounds,
          "timing needs warmup_rounds >= 1 and 1 <= min_rounds <= max_rounds"),

@@ -32,6 +32,7 @@ from typing import Any
 
 from cuda_l1.errors import BrokenTask
 from cuda_l1.evaluate.device_room import HEADROOM_BYTES
+from cuda_l1.evaluate.jobs import PreparationWait
 from cuda_l1.evaluate.verdict import Verdict
 
 # How PyTorch's caching allocator and the driver say it (torch.OutOfMemoryError's message, its type
@@ -64,7 +65,8 @@ def prepare(evaluators: Any, ahead: Any | None, task: Any, busy, failure: BaseEx
     try:
         return _prepare(evaluators, ahead, task, busy, failure)
     except BrokenTask as exc:
-        evaluators.broken[task.id] = str(exc)
+        if not isinstance(exc, PreparationWait):  # (a wait that ran out proves nothing of the reference)
+            evaluators.broken[task.id] = str(exc)
         raise
 
 

@@ -86,6 +86,11 @@ def deliver(future: Future, result=None, error: BaseException | None = None) -> 
         pass
 
 
+class PreparationWait(BrokenTask):
+    """A task another thread of the worker prepares for longer than a worker waits: the task's error for
+    the job that waited, but not proof that its reference fails (crowding.prepare does not remember it)."""
+
+
 class Evaluators:
     """The evaluators a worker holds: one per task, for the `keep` tasks it judged most recently.
 
@@ -130,8 +135,9 @@ class Evaluators:
             waited = False
             while self._held.get(task.id) is _PREPARING:
                 if until is not None and time.monotonic() >= until:
-                    raise BrokenTask(f"{task.origin or task.name}: preparing the task on another thread took longer "
-                                     f"than {self.wait_s:.0f} s (its own code: does it sleep or loop forever?)")
+                    raise PreparationWait(f"{task.origin or task.name}: preparing the task on another thread took "
+                                          f"longer than {self.wait_s:.0f} s (its own code: does it sleep or loop "
+                                          "forever?)")
                 waited = True
                 self._changed.wait(None if until is None else max(0.0, until - time.monotonic()))
             if task.id in self.broken or (waited and task.id not in self._held and task.id in self._failed):
@@ -144,6 +150,7 @@ class Evaluators:
                 if not self._retire_one(busy, retired):
                     break
             self._held[task.id] = _PREPARING
+            self._failed.pop(task.id, None)  # (what its waiters hear is this preparation's outcome)
         self._close(retired)
         if self.room is not None and not self.room.fits(task, self.task_ids()):
             with self._changed:

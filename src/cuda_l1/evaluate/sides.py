@@ -196,10 +196,20 @@ def give_file(proc: SideProcess, path: str) -> str:
     try:
         if os.fstat(fd).st_uid != os.getuid():
             raise ChildFailure(REJECTED, "the side replaced the directory made for its extension")
-        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755, dir_fd=fd)
-        with os.fdopen(out, "wb") as dst, open(path, "rb") as src:
-            shutil.copyfileobj(src, dst)
-        os.fchmod(fd, 0o755)
+        # The directory is the candidate's (its scratch, which its code may have filled or raced into):
+        # a failure there is its own, never the evaluation's, which would be judged again and never a hack.
+        try:
+            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755, dir_fd=fd)
+        except FileExistsError:
+            raise ChildFailure(REJECTED, "the side made the file of its extension before the parent did") from None
+        except OSError as exc:
+            raise ChildFailure(RUNTIME_ERROR, f"the side's scratch directory could not take its extension ({exc})") from None
+        try:
+            with os.fdopen(out, "wb") as dst, open(path, "rb") as src:
+                shutil.copyfileobj(src, dst)
+            os.fchmod(fd, 0o755)
+        except OSError as exc:  # (a full scratch tmpfs: ENOSPC)
+            raise ChildFailure(RUNTIME_ERROR, f"the side's scratch directory could not take its extension ({exc})") from None
     finally:
         os.close(fd)
     return os.path.join(where, name)

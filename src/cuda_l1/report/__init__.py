@@ -43,14 +43,15 @@ def write_all(
     plots: bool = True,
     provenance: Mapping | None = None,
     noise: Mapping | None = None,
-    tasks_not_run: Mapping[str, str] | None = None,
+    tasks_not_run: Mapping[str, Mapping] | None = None,
 ) -> dict[str, Path]:
     """Write summary.json, results.csv, the figures and report.html into out_dir; return their paths.
 
     Keys: summary, results, report, and (with plots) hist, tasks, fast_p.
     provenance: what ran, where and when (`report.provenance.provenance()`); noise: the A/A check
-    (`bench.noise_summary`). Both go into summary.json and the report as given. tasks_not_run: task key ->
-    why it was not judged (its reference does not run here); into summary.json and the report's notes.
+    (`bench.noise_summary`). Both go into summary.json and the report as given. tasks_not_run: task id ->
+    {"task": its key, "why": ...}, the tasks not judged since their reference does not run here; into
+    summary.json and the report's notes.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -61,9 +62,9 @@ def write_all(
     if noise is not None:
         summary["noise"] = dict(noise)
     if tasks_not_run:
-        summary["tasks_not_run"] = dict(tasks_not_run)
-        notes = list(notes) + [f"Not judged, and in no figure above: {key}, whose reference does not run here "
-                               f"({why[:300]})" for key, why in tasks_not_run.items()]
+        summary["tasks_not_run"] = [{"task_id": task_id, **dict(t)} for task_id, t in tasks_not_run.items()]
+        notes = list(notes) + [f"Not judged, and in no figure above: {t['task']} ({task_id}), whose reference does "
+                               f"not run here ({t['why'][:300]})" for task_id, t in tasks_not_run.items()]
     paths: dict[str, Path] = {
         "summary": write_summary_json(summary, out_dir / "summary.json"),
         "results": write_results_csv(rows, out_dir / "results.csv", origins=origins),

@@ -143,7 +143,7 @@ MIGRATIONS: list[list[Step]] = [
         f"""CREATE TRIGGER verdicts_have_exact_ids BEFORE INSERT ON verdicts
             WHEN length(NEW.candidate_id) != 16 BEGIN SELECT RAISE(ABORT, '{_STALE_WRITER}'); END""",
     ],
-    # 3: references that ran once as the evaluator runs them (bench.check_references), per device and
+    # 3: references that ran once as the evaluator runs them (reference_runs.check_references), per device and
     # software versions. A resumed KernelBench run ran again, at each start, every reference it had not
     # judged yet (228 on an H200 call that spent 73 s of its 358 before its first verdict). No longer
     # written: the workers run each reference once before judging its task (TaskEnv), and the caller

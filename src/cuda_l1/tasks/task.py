@@ -131,5 +131,13 @@ def make_task(source: str, *, name: str, level: int, origin: str, number: int | 
     description = printable(check_task_source(source, origin))
     if number is None:
         number = number_from_name(name)
-    return Task(name=printable(name), level=level, source=source, origin=origin, description=description,
+    return Task(name=task_name(name), level=level, source=source, origin=origin, description=description,
                 number=number)
+
+
+NAME_CHARS = 255  # a file name's limit: no task file's stem is cut
+
+
+def task_name(text: str) -> str:
+    """A task's name as printed and matched (a candidate file's stem goes through it too): one line."""
+    return printable(text, NAME_CHARS)
