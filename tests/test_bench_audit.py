@@ -55,14 +55,14 @@ def test_bench_writes_report_and_resumes(kb_dir, tmp_path):
     again = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out), "--json",
                 "--calibrate")
     assert json.loads(again.stdout)["counts"] == {"total": 2, "skipped": 2, "evaluated": 0, "reused": 0, "rejudged": 0,
-                                                  "imported": 0}
+                                                  "imported": 0, "broken_tasks": {}}
     assert json.loads((out / "calibration.json").read_text())["checks"][0]["n"] == 2
     # Verdicts the user no longer trusts are judged again on request, and say what they replaced.
     redo = cli("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--out", str(out),
                "--json", "--no-calibrate", "--rejudge", "ok")
     assert redo.returncode == 0, redo.stderr[-2000:]
     assert json.loads(redo.stdout)["counts"] == {"total": 2, "skipped": 0, "evaluated": 2, "reused": 0, "rejudged": 2,
-                                                 "imported": 0}
+                                                 "imported": 0, "broken_tasks": {}}
     with sqlite3.connect(out / "history.sqlite") as conn:
         stored = [json.loads(v) for (v,) in conn.execute("SELECT verdict FROM verdicts")]
     assert sorted(v["timing"]["replaced"]["status"] for v in stored) == ["ok", "ok"]
