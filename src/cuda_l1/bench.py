@@ -241,7 +241,7 @@ def keep_verdicts(ctx: RunContext) -> None:
 
 
 def write_report(ctx: RunContext, title: str, notes: Iterable[str] = (),
-                 tasks_not_run: Mapping[str, str] | None = None) -> dict:
+                 tasks_not_run: Mapping[str, dict] | None = None) -> dict:
     """The run's report, and every verdict of its store as verdicts.jsonl (ids and numbers, no code).
     tasks_not_run: evaluate_candidates' counts["broken_tasks"]."""
     from cuda_l1.store.verdict_file import VERDICTS_NAME, write_verdicts
@@ -252,7 +252,7 @@ def write_report(ctx: RunContext, title: str, notes: Iterable[str] = (),
 
 
 def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterable[str] = (),
-                     tasks_not_run: Mapping[str, str] | None = None) -> dict:
+                     tasks_not_run: Mapping[str, dict] | None = None) -> dict:
     """summary.json, results.csv, report.html and plots, with the scoring rules stated, what ran where
     and when, and the noise check (OUT/calibration.json and the run's own eager candidates)."""
     from cuda_l1.report import as_rows, write_all

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import typer
@@ -34,10 +33,7 @@ def eval_config(device: Device, tolerance: str, quick: bool | None, no_timing: b
     timing.enabled = not no_timing
     config = EvalConfig(device=str(device), tolerance=ToleranceConfig(mode=tolerance), timing=timing,
                         module_mode=module_mode)
-    if timeout is not None:
-        if not math.isfinite(timeout):  # (nan fails the option's own minimum)
-            raise UserError(f"--timeout takes a finite number of seconds (got {timeout}): a candidate that never "
-                            "ends would hold its worker for good.")
+    if options.finite_timeout(timeout) is not None:
         config.timeout_s = float(timeout)
     return config
 

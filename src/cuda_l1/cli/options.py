@@ -51,6 +51,18 @@ def timeout() -> typer.models.OptionInfo:
                         f"{DEFAULT_TASK_TIMEOUT_S:g} s each (settings: task_timeout_s).")
 
 
+def finite_timeout(seconds: float | None) -> float | None:
+    """`--timeout` as given, or UserError for one that never comes (inf: the option's minimum takes it;
+    nan fails the minimum): a deadline that never comes holds what waits on it for good."""
+    import math
+
+    from cuda_l1.errors import UserError
+
+    if seconds is not None and not math.isfinite(seconds):
+        raise UserError(f"--timeout takes a finite number of seconds (got {seconds}).")
+    return seconds
+
+
 def workers() -> typer.models.OptionInfo:
     return typer.Option(None, "--workers", metavar="N", min=1,
                         help="Evaluation workers (default: one per GPU; 1 on CPU; at most one per GPU or usable core).")

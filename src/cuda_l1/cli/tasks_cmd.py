@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import typer
 from rich.markup import escape
 from rich.syntax import Syntax
@@ -11,7 +9,6 @@ from rich.table import Table
 
 from cuda_l1.cli import options
 from cuda_l1.cli.app import app, console, print_json
-from cuda_l1.errors import UserError
 from cuda_l1.tasks import find_task, load_tasks, parse_levels, select_tasks
 from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 from cuda_l1.tasks.runtime import describe_task
@@ -74,8 +71,7 @@ def show_task(
                                   "model and inputs (a task that sleeps or loops is reported broken past it)."),
 ) -> None:
     """Show one task: its inputs (built by get_inputs, forward is not run) and its source."""
-    if not math.isfinite(timeout):
-        raise UserError(f"--timeout takes a finite number of seconds (got {timeout}).")
+    options.finite_timeout(timeout)
     task = find_task(load_tasks(source), task_id)
     sizes = builtin_sizes(task)
     info = describe_task(task, on_meta=bool(sizes) and sizes["applied"] == GPU, timeout_s=timeout)
