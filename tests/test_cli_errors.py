@@ -128,6 +128,10 @@ BROKEN = {
     # candidate blamed ("incorrect") for an output no code could match
     "exit": ("import torch.nn as nn", "import torch.nn as nn\nimport sys\nsys.exit(0)",
              "executing the module raised SystemExit"),
+    # a class of the task's own derived from BaseException: past every `except Exception`, it ended a
+    # worker, which then blamed the candidate for the worker's deaths
+    "base_exception": ("return x * 2", "class Stop(BaseException):\n            pass\n        raise Stop('odd')",
+                       "Model.forward(*get_inputs()) raised Stop: odd"),
     "complex": ("return [torch.randn(64)]", "return [torch.randn(64), 1j]", "get_inputs()[1] is a complex"),
     "sparse": ("return [torch.randn(64)]", "return [torch.randn(64).to_sparse()]", "is a sparse_coo tensor"),
     "output": ("return x * 2", "return (x * 2).to_sparse()", "returned a sparse_coo tensor as output 0"),
@@ -159,10 +163,12 @@ def test_a_broken_task_found_by_a_worker_is_bad_input_after_the_other_tasks(tmp_
     folder.mkdir()
     (folder / "1_good.py").write_text(GOOD_TASK)
     (folder / "2_bad.py").write_text(GOOD_TASK.replace("return x * 2", 'raise ValueError("forward broke")'))
+    (folder / "3_odd.py").write_text(GOOD_TASK.replace("return x * 2", "class Stop(BaseException):\n"
+                                                       "            pass\n        raise Stop('forward broke')"))
     started = time.monotonic()
     proc = cli("bench", str(folder), "--device", "cpu", "--strategies", "eager", "--no-calibrate",
                "--out", str(tmp_path / "run"))
-    assert_one_paragraph(proc, 2, "2_bad.py", "line 9", "forward broke", after_progress=True)
+    assert_one_paragraph(proc, 2, "2_bad.py", "line 9", "3_odd.py", "Stop: forward broke", after_progress=True)
     assert time.monotonic() - started < 60
     with sqlite3.connect(tmp_path / "run" / "history.sqlite") as conn:
         judged = [row[0] for row in conn.execute("SELECT t.name FROM verdicts v JOIN tasks t ON t.id = v.task_id")]

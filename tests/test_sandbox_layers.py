@@ -535,7 +535,6 @@ def test_an_extension_the_sides_scratch_cannot_take_is_the_candidates_failure(tm
     """The scratch directory is the candidate's: one it filled (ENOSPC) or raced into (the file made
     first) was an OSError in the parent, an "evaluator" failure, judged again and never a hack."""
     import errno
-    import shutil
 
     from cuda_l1.evaluate import sides
 
@@ -549,10 +548,22 @@ def test_an_extension_the_sides_scratch_cannot_take_is_the_candidates_failure(tm
         def harness_pid(self):
             return None
 
-    def full(src, dst):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    real_fdopen = os.fdopen
 
-    monkeypatch.setattr(shutil, "copyfileobj", full)
+    class Full:  # the side's scratch tmpfs, full
+        def __init__(self, fd):
+            self.file = real_fdopen(fd, "wb", buffering=0)
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *args, **kwargs: Full(fd))
     with pytest.raises(ChildFailure, match="No space left") as caught:
         sides.give_file(Proc(), str(built))
     assert caught.value.kind == "runtime_error"
@@ -568,6 +579,24 @@ def test_an_extension_the_sides_scratch_cannot_take_is_the_candidates_failure(tm
     with pytest.raises(ChildFailure, match="before the parent did") as caught:
         sides.give_file(Proc(), str(built))
     assert caught.value.kind == "rejected"
+
+
+def test_an_extension_the_parent_lost_is_the_evaluations_failure(tmp_path):
+    """The parent's own copy (the build cache's file, trimmed by another run between the build and the
+    copy) is not the candidate's doing: an ordinary error, judged again, and no directory left behind."""
+    from cuda_l1.evaluate import sides
+
+    class Proc:
+        notes: dict = {}
+        scratch = str(tmp_path / "scratch")
+
+        def harness_pid(self):
+            return None
+
+    os.mkdir(Proc.scratch)
+    with pytest.raises(FileNotFoundError):
+        sides.give_file(Proc(), str(tmp_path / "trimmed.so"))
+    assert os.listdir(Proc.scratch) == []
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")

@@ -123,6 +123,41 @@ def test_a_worker_waits_a_bounded_time_for_a_task_another_thread_prepares():
     assert evaluators.get(task) is prepared  # prepared once, then held for later callers
 
 
+def test_a_retired_evaluator_that_fails_to_close_leaves_no_task_marked_as_preparing():
+    """Making room for a task closes the evaluators it retires; one whose close raised (a reference
+    side on a device in error) left the new task marked as being prepared for good, so each later
+    job of it waited the whole wait and was then listed as a broken task."""
+    from types import SimpleNamespace
+
+    class Held:
+        def __init__(self, fails: bool):
+            self.fails, self.closed = fails, False
+
+        def close(self):
+            self.closed = True
+            if self.fails:
+                raise RuntimeError("the reference side could not be closed")
+
+    made = {}
+
+    def make(task):
+        made[task.id] = Held(fails=task.id in ("a", "b"))
+        return made[task.id]
+
+    tasks = {name: SimpleNamespace(id=name, name=name, origin=name) for name in "abc"}
+    evaluators = Evaluators(make, keep=2, wait_s=0.5)
+    evaluators.get(tasks["a"])
+    evaluators.get(tasks["b"])
+    with pytest.raises(RuntimeError, match="could not be closed"):
+        evaluators.get(tasks["c"])  # retires a, whose close fails
+    began = time.monotonic()
+    assert evaluators.get(tasks["c"]) is made["c"]  # prepared now, not waited for
+    assert time.monotonic() - began < 0.4
+    with pytest.raises(RuntimeError):
+        evaluators._close([made["b"], made["c"]])  # one close failing still closes the others
+    assert made["c"].closed
+
+
 def test_no_stop_lands_after_its_block_has_ended():
     """A deadline that passes just as its block ends (blocks as long as their deadline, on a busy host
     too) must neither escape as anything but a TaskError nor stop the code after the block."""

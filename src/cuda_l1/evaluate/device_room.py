@@ -36,11 +36,13 @@ def task_bytes(source: str, timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) ->
     """Device bytes an evaluation of the task with this source is expected to hold (0 when its
     shapes cannot be found on torch's meta device: such a task is not held back). The task's code
     runs within `timeout_s` (EvalConfig.task_timeout_s)."""
-    from cuda_l1.tasks.runtime import TASK_FAILURES, meta_footprint
+    from cuda_l1.tasks.runtime import TASK_FAILURES, is_task_failure, meta_footprint
 
     try:
         footprint = meta_footprint(source, timeout_s)
-    except TASK_FAILURES:  # an estimate only: data-dependent shapes, explicit devices, a task's sys.exit()
+    except TASK_FAILURES as exc:  # an estimate only: data-dependent shapes, explicit devices, a task's sys.exit()
+        if not is_task_failure(exc):
+            raise
         return 0
     return INPUT_COPIES * footprint["input_bytes"] + OUTPUT_COPIES * footprint["output_bytes"]
 

@@ -151,13 +151,13 @@ class Evaluators:
                     break
             self._held[task.id] = _PREPARING
             self._failed.pop(task.id, None)  # (what its waiters hear is this preparation's outcome)
-        self._close(retired)
-        if self.room is not None and not self.room.fits(task, self.task_ids()):
-            with self._changed:
-                while self._retire_one(busy, retired):
-                    pass
+        try:  # (from the mark on: whatever fails, the mark goes, or the task's every later job would wait)
             self._close(retired)
-        try:
+            if self.room is not None and not self.room.fits(task, self.task_ids()):
+                with self._changed:
+                    while self._retire_one(busy, retired):
+                        pass
+                self._close(retired)
             evaluator = self.make(task)
         except BaseException as exc:
             with self._changed:
@@ -190,12 +190,18 @@ class Evaluators:
         if not retired:
             return
         with self.quiet_lock:
+            failure = None
             for old in retired:
-                old.close()
+                try:
+                    old.close()
+                except Exception as exc:  # noqa: BLE001 - the others are closed all the same
+                    failure = failure or exc
             retired.clear()
             gc.collect()  # reference modules and tensors can sit in reference cycles
             if self.room is not None:
                 self.room.release_cached()
+            if failure is not None:
+                raise failure
 
     def retire_all(self) -> list[str]:
         """Close every held evaluator, busy or not (crowding.py: a verdict judged again alone); the

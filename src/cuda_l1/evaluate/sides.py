@@ -8,7 +8,6 @@ import contextlib
 import os
 import select
 import secrets
-import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -188,9 +187,18 @@ def give_file(proc: SideProcess, path: str) -> str:
     root = f"/proc/{hpid}/root" if hpid and "scratch tmpfs" in proc.notes.get("mounts", "") else ""
     where = os.path.join(proc.scratch, "ext-" + secrets.token_hex(8))
     name = os.path.basename(path)
+    # The parent's own file is opened first and outside what is blamed on the side: it is missing only
+    # where the parent's cache lost it (trimmed by another run), which is the evaluation's failure.
+    with open(path, "rb") as src:
+        _place_in_scratch(src, root + where, name)
+    return os.path.join(where, name)
+
+
+def _place_in_scratch(src, where: str, name: str) -> None:
+    """Make the directory `where` in the side's scratch and copy `src` into it as `name`."""
     try:
-        os.mkdir(root + where, 0o700)
-        fd = os.open(root + where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        os.mkdir(where, 0o700)
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
         raise ChildFailure(REJECTED, f"the side's scratch directory could not take its extension ({exc})") from None
     try:
@@ -204,15 +212,29 @@ def give_file(proc: SideProcess, path: str) -> str:
             raise ChildFailure(REJECTED, "the side made the file of its extension before the parent did") from None
         except OSError as exc:
             raise ChildFailure(RUNTIME_ERROR, f"the side's scratch directory could not take its extension ({exc})") from None
+        with os.fdopen(out, "wb", buffering=0) as dst:
+            _copy_into(src, dst)
         try:
-            with os.fdopen(out, "wb") as dst, open(path, "rb") as src:
-                shutil.copyfileobj(src, dst)
             os.fchmod(fd, 0o755)
-        except OSError as exc:  # (a full scratch tmpfs: ENOSPC)
+        except OSError as exc:
             raise ChildFailure(RUNTIME_ERROR, f"the side's scratch directory could not take its extension ({exc})") from None
     finally:
         os.close(fd)
-    return os.path.join(where, name)
+
+
+def _copy_into(src, dst) -> None:
+    """Copy the parent's file into the side's: a failed read is the parent's (an ordinary error, judged
+    again), a failed write the side's (its scratch is full or raced: ENOSPC)."""
+    while chunk := src.read(1 << 20):
+        try:
+            view = memoryview(chunk)
+            while view:  # (unbuffered: a short write is possible)
+                written = dst.write(view)
+                if not written:
+                    raise OSError("no byte written")
+                view = view[written:]
+        except OSError as exc:
+            raise ChildFailure(RUNTIME_ERROR, f"the side's scratch directory could not take its extension ({exc})") from None
 
 
 def mapped_inputs(side: Side) -> list[tuple[int, int]]:

@@ -29,7 +29,7 @@ from cuda_l1.evaluate.task_marks import GRACE_S, running_task_code
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.tasks import Task
 from cuda_l1.tasks.deadline import task_deadline
-from cuda_l1.tasks.runtime import TASK_FAILURES, load_task_module, run_reference_once
+from cuda_l1.tasks.runtime import TASK_FAILURES, is_task_failure, load_task_module, run_reference_once
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -127,6 +127,8 @@ def _input_source(module, device: str, origin: str) -> InputSource:
     except TaskError:
         raise
     except TASK_FAILURES as exc:
+        if not is_task_failure(exc):
+            raise
         message = f"get_inputs() raised on a later call: {type(exc).__name__}: {exc}"[:2000]
         raise TaskError(message, path=origin) from None
 
@@ -332,6 +334,8 @@ class TaskEnv:
             except TaskError as exc:
                 raise BrokenTask(str(exc)) from None
             except TASK_FAILURES as exc:
+                if not is_task_failure(exc):
+                    raise
                 if _device_trouble(exc):
                     raise
                 raise BrokenTask(f"get_inputs() raised for a round after its first: {type(exc).__name__}: "

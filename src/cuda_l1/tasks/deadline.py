@@ -41,6 +41,11 @@ class _Expired(BaseException):
     """Raised inside the task's code at its deadline; a TaskError at the deadline's edge."""
 
 
+def is_deadline_stop(exc: BaseException) -> bool:
+    """Whether `exc` is a deadline's stop on its way to its `task_deadline` (never the task's failure)."""
+    return isinstance(exc, _Expired)
+
+
 class _Deadline:
     """One block's deadline (main thread only)."""
 

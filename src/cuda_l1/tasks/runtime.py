@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuda_l1.errors import TaskError
-from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, task_deadline
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, is_deadline_stop, task_deadline
 from cuda_l1.tasks.determinism import first_difference, input_digest, output_sample
 from cuda_l1.tasks.task import Task
 
@@ -37,9 +37,17 @@ def load_module(source: str, module_name: str, filename: str) -> types.ModuleTyp
     return module
 
 
-# What the task's own code may raise that is its failure, not the run's: SystemExit too (sys.exit() at
-# import or in get_inputs ended `cuda-l1 eval` with no output and status 0); KeyboardInterrupt stays Ctrl-C.
-TASK_FAILURES = (Exception, SystemExit)
+# What the task's own code may raise that is its failure, not the run's: anything (SystemExit: sys.exit() at
+# import or in get_inputs ended `cuda-l1 eval` with no output and status 0; a class of its own derived from
+# BaseException ended a worker, whose candidate was then blamed for its deaths), but for what is not the
+# task's: Ctrl-C, and the stop of its own deadline (tasks/deadline.py), which its caller turns into words.
+# Caught as `except TASK_FAILURES as exc:` followed by `if not is_task_failure(exc): raise`.
+TASK_FAILURES = BaseException
+
+
+def is_task_failure(exc: BaseException) -> bool:
+    """Whether an exception caught around the task's own code is the task's failure (see TASK_FAILURES)."""
+    return not isinstance(exc, KeyboardInterrupt) and not is_deadline_stop(exc)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -143,6 +151,8 @@ def _call(module: types.ModuleType, name: str, origin: str):
     try:
         return getattr(module, name)()
     except TASK_FAILURES as exc:  # the task's own code failed: report it as bad input
+        if not is_task_failure(exc):
+            raise
         raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
@@ -165,6 +175,8 @@ def load_task_module(task: Task, module_name: str = "cuda_l1_task",
     except TaskError:  # its deadline, already in words
         raise
     except TASK_FAILURES as exc:
+        if not is_task_failure(exc):
+            raise
         raise TaskError(f"executing the module raised {_where(exc, filename)}", path=filename) from None
 
 
@@ -213,6 +225,8 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
     try:
         model = inputs_mod.build_model(module.Model, init_args, seed, device, mode)
     except TASK_FAILURES as exc:
+        if not is_task_failure(exc):
+            raise
         raise TaskError(f"Model(*get_init_inputs()) raised {_where(exc, origin)}", path=origin) from None
     args = check_forward_args(_call_seeded(inputs_mod.make_inputs, module, seed, origin, "get_inputs",
                                            device), origin)
@@ -225,6 +239,8 @@ def _run_reference_once(module: types.ModuleType, origin: str, device: str, seed
             torch.cuda.synchronize(device)  # this worker's GPU, not whichever the thread last used
         first_s = time.perf_counter() - started
     except TASK_FAILURES as exc:
+        if not is_task_failure(exc):
+            raise
         raise TaskError(f"Model.forward(*get_inputs()) raised {_where(exc, origin)}", path=origin) from None
     # Every tensor of the output, nested ones too (an LSTM's (out, (h, c))): the slots are sized on it.
     try:
@@ -281,6 +297,8 @@ def _again(calls, origin: str):
         with torch.no_grad():
             return calls()
     except TASK_FAILURES as exc:
+        if not is_task_failure(exc):
+            raise
         raise TaskError(f"Model.forward(*get_inputs()) raised on a second call: {_where(exc, origin)}",
                         path=origin) from None
 
@@ -306,6 +324,8 @@ def _call_seeded(fn, module, seed: int, origin: str, name: str, *rest):
     try:
         return fn(module, seed, *rest)
     except TASK_FAILURES as exc:  # the task's own code failed: report it as bad input
+        if not is_task_failure(exc):
+            raise
         raise TaskError(f"{name}() raised {_where(exc, origin)}", path=origin) from None
 
 
@@ -326,6 +346,8 @@ def describe_task(task: Task, on_meta: bool = False, timeout_s: float | None = D
         try:
             model = module.Model(*init_args)
         except TASK_FAILURES as exc:
+            if not is_task_failure(exc):
+                raise
             raise TaskError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}", path=origin) from None
 
     def describe(value):
