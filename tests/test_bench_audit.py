@@ -198,6 +198,38 @@ def test_bench_with_a_broken_task_prints_its_results_then_exits_2(kb_dir, tmp_pa
     again = cli(*args)
     assert again.returncode == 2 and "0 evaluated, 2 already done" in again.stdout, again.stdout[-2000:]
     assert "1 task(s) not judged" in again.stderr
+    # The report rebuilt from the store names it as the run's own did (it was left out silently).
+    (out / "summary.json").unlink()
+    rebuilt = cli("report", str(out))
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    assert [t["task"] for t in json.loads((out / "summary.json").read_text())["tasks_not_run"]] == ["L1/3_Broken"]
+    assert "Not judged" in (out / "report.html").read_text()
+
+
+def test_a_task_broken_on_a_later_run_shows_no_older_verdict_of_it(tmp_path):
+    """Audited once, then again with --rejudge ok after its reference stopped running here: the record
+    is task_broken, not the first run's `holds`, and neither summary.json nor the report counts that
+    verdict (it said "in no figure above" beside a figure that held it)."""
+    needed = tmp_path / "needed.txt"
+    needed.write_text("1")
+    ref = REF.replace("def get_inputs():", f"def get_inputs():\n    open({str(needed)!r}).read()\n    return _inputs()\n\n\n"
+                                           "def _inputs():")
+    path = tmp_path / "solutions.jsonl"
+    path.write_text(json.dumps({"level_id": 1, "task_id": 7, "ref_code": ref,
+                                "custom_code": ref.replace("class Model(", "class ModelNew("), "score_default": 1.0}) + "\n")
+    out = tmp_path / "audit"
+    args = ("audit", str(path), "--device", "cpu", "--quick", "--out", str(out), "--json")
+    first = cli(*args)
+    assert first.returncode == 0 and json.loads(first.stdout)["totals"]["holds"] == 1, first.stderr[-2000:]
+    needed.unlink()
+    second = cli(*args, "--rejudge", "ok")
+    assert second.returncode == 2 and "1 task(s) not judged" in second.stderr, second.stderr[-2000:]
+    totals = json.loads(second.stdout)["totals"]
+    assert totals["task_broken"] == 1 and totals["holds"] == 0
+    [row] = json.loads((out / "audit.json").read_text())["tasks"]
+    assert row["outcome"] == "task_broken" and row["measured"] is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overall"]["n_correct"] == 0 and [t["task"] for t in summary["tasks_not_run"]] == ["L1/7"]
 
 
 def test_the_noise_check_of_a_run_leaves_a_broken_task_to_the_run(kb_dir, tmp_path):

@@ -67,6 +67,15 @@ def test_pragmas_and_version(store):
     assert own.execute("PRAGMA busy_timeout").fetchone()[0] == schema.BUSY_TIMEOUT_MS
 
 
+def test_tasks_a_run_could_not_judge_are_kept_per_run(store):
+    first, second = store.start_run("bench"), store.start_run("bench")
+    store.note_task_not_run(first, TASK_A.id, "forward broke")
+    store.note_task_not_run(first, TASK_A.id, "a later reason")  # the first reason stands
+    store.note_task_not_run(second, TASK_B.id, "get_inputs raised")
+    assert store.tasks_not_run(first) == {TASK_A.id: {"task": "L1/3_Double", "why": "forward broke"}}
+    assert store.tasks_not_run(second) == {TASK_B.id: {"task": "L1/Plus", "why": "get_inputs raised"}}
+
+
 def test_newer_schema_is_a_user_error(tmp_path):
     path = tmp_path / "h.db"
     Store(path).close()

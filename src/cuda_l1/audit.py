@@ -127,9 +127,11 @@ def run_audit(path: str, out_dir: str, *, device: Device | str | None, config: E
                 from cuda_l1.store import candidate_id
 
                 verdict = ctx.store.verdict_for(candidate_id(cand.source), dkey, ckey, task_id=cand.task.id)
-            row = _row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction)
-            if verdict is None and cand.task.id in broken:  # a broken ref_code is bad input, not a verdict
+            if cand.task.id in broken:  # a broken ref_code is bad input, not a verdict (nor an older one)
+                row = _row(cand.task, cand.meta["line"], cand.meta["claims"], None, hold_fraction)
                 row.update(status=TASK_BROKEN, outcome=TASK_BROKEN, reasons=[broken[cand.task.id]["why"]])
+            else:
+                row = _row(cand.task, cand.meta["line"], cand.meta["claims"], verdict, hold_fraction)
             rows.append(row)
         rows += [_row(m["task"], m["line"], m["claims"], None, hold_fraction) for m in missing]
         rows.sort(key=lambda r: r["line"])

@@ -199,7 +199,9 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
                 try:
                     judged = future.result()
                 except BrokenTask as exc:  # its task's reference does not run: no verdict, the others go on
-                    broken.setdefault(cand.task.id, {"task": cand.task.key, "why": str(exc)})
+                    if cand.task.id not in broken:
+                        broken[cand.task.id] = {"task": cand.task.key, "why": str(exc)}
+                        store.note_task_not_run(ctx.run_id, cand.task.id, str(exc))
                     bar.advance(f"{cand.task.key} {cand.label} not judged: its task's reference does not run")
                     continue
                 except TaskError:  # any other bad input: the run ends now
@@ -258,7 +260,9 @@ def write_run_report(out_dir: str | Path, rows: list, title: str, notes: Iterabl
     from cuda_l1.report import as_rows, write_all
     from cuda_l1.report.provenance import provenance
 
-    rows = as_rows(rows)
+    # A task not judged is in no figure: a verdict of it from before (resumed, or reopened by --rejudge and
+    # not judged again) is left out, as the report says.
+    rows = [r for r in as_rows(rows) if r.task_id not in (tasks_not_run or {})]
     noise = noise_summary(out_dir, rows)
     notes = list(notes) + [
         "Speedup = reference time / candidate time, scored toward 1 (the end of the 95% interval nearest 1).",

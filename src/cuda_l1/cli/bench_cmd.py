@@ -200,7 +200,9 @@ def report_command(
                 raise UserError("the store holds no run.", path=str(d))
             rows.append([r for run in runs for r in store.run_results(run.id)])
     if other is None:
-        paths = write_run_report(run_dir, rows[0], f"cuda-l1 report: {run_dir}")
+        with Store(run_dir / STORE_NAME) as store:
+            not_run = store.tasks_not_run(store.runs()[-1].id)  # as the latest run's own report said
+        paths = write_run_report(run_dir, rows[0], f"cuda-l1 report: {run_dir}", tasks_not_run=not_run)
         with Store(run_dir / STORE_NAME) as store:
             count = write_verdicts(store, run_dir / VERDICTS_NAME)
         console.print(f"report: {paths['report']}", markup=False)

@@ -157,6 +157,18 @@ MIGRATIONS: list[list[Step]] = [
             PRIMARY KEY (task_id, device, versions_key)
         )""",
     ],
+    # 4: the tasks a run could not judge, their reference failing there (bench and audit go on past one),
+    # so that a report rebuilt from the store still names them and keeps their old verdicts out of its
+    # figures, as the run's own report did.
+    [
+        """CREATE TABLE tasks_not_run (
+            run_id INTEGER NOT NULL REFERENCES runs(id),
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            why TEXT NOT NULL,
+            noted_at REAL NOT NULL,
+            PRIMARY KEY (run_id, task_id)
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -106,6 +106,18 @@ class Store(VerdictQueries):
         rows = self._read(f"SELECT * FROM runs {where} ORDER BY id", params)
         return [RunRecord(r["id"], r["name"], r["created_at"], row_json(r["config"], {}), r["notes"]) for r in rows]
 
+    def note_task_not_run(self, run_id: int, task_id: str, why: str) -> None:
+        """Record that a run could not judge a task (its reference fails there); the first reason stands."""
+        with self._write() as conn:
+            conn.execute("INSERT INTO tasks_not_run (run_id, task_id, why, noted_at) VALUES (?, ?, ?, ?)"
+                         " ON CONFLICT (run_id, task_id) DO NOTHING", (run_id, task_id, why, time.time()))
+
+    def tasks_not_run(self, run_id: int) -> dict[str, dict]:
+        """task id -> {"task": its key, "why": ...} for the tasks `run_id` could not judge."""
+        rows = self._read("SELECT n.task_id, n.why, t.name, t.level FROM tasks_not_run n JOIN tasks t ON t.id = n.task_id"
+                          " WHERE n.run_id = ? ORDER BY n.noted_at", (run_id,))
+        return {r["task_id"]: {"task": f"L{r['level']}/{r['name']}", "why": r["why"]} for r in rows}
+
     def add_task(self, task: Task) -> str:
         """Record a task (idempotent: a task is its source hash) and return its id."""
         with self._write() as conn:
