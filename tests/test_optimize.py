@@ -310,6 +310,23 @@ def test_failing_endpoint_stops_the_run_without_spending_budget(tmp_path):
     assert len(load_solutions_jsonl(out / "solutions.jsonl")) == 1  # the strategies' result is still written
 
 
+def test_a_task_whose_reference_fails_in_the_baseline_stops_the_search_before_any_request(tmp_path):
+    """Called as a library (no reference run first, as the command line does), a broken task is found by
+    the worker judging the baseline: bad input, before any completion is asked for, and the message
+    says the search did not start (it said a report "covers the others", and none was written)."""
+    from cuda_l1.errors import BrokenTask
+
+    broken = SCALE_TASK.replace("def get_inputs():", "def get_inputs():\n    raise ValueError('no inputs here')", 1)
+    tasks = write_tasks(tmp_path / "tasks", scale=SCALE_TASK, broken=broken)
+    with ChatServer(responder=lambda body: Reply(status=401, error_message="never asked")) as server:
+        with pytest.raises(BrokenTask, match="the search did not start") as caught:
+            run_optimize(str(tasks), tmp_path / "run", endpoints=[endpoint(server)],
+                         config=SearchConfig(budget=2, strategies=("eager",)), eval_config=quick_config(),
+                         device="cpu", progress=False)
+        assert server.chat_requests() == []
+    assert "no inputs here" in str(caught.value) and "covers the others" not in str(caught.value)
+
+
 # -- kill -9 and resume ---------------------------------------------------------------------------
 
 

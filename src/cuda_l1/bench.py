@@ -342,12 +342,14 @@ def run_bench(source: str, out_dir: str, *, strategies: list[str], levels: set[i
     return {"counts": counts, "notes": notes, "paths": {k: str(v) for k, v in paths.items()}}
 
 
-def tasks_not_run_error(broken: Mapping[str, dict], report: str | Path) -> BrokenTask:
+def tasks_not_run_error(broken: Mapping[str, dict], report: str | Path, before_search: bool = False) -> BrokenTask:
     """What a command that finished its other work says of the tasks whose reference did not run
-    (evaluate_candidates' counts["broken_tasks"]): bad input (exit 2), after the report is written."""
+    (evaluate_candidates' counts["broken_tasks"]): bad input (exit 2), after the report is written.
+    `before_search`: optimize's baseline, after which nothing is searched and no report is written."""
     listed = "; ".join(f"{t['task']} ({task_id}): {' '.join(t['why'].split())[:300]}" for task_id, t in broken.items())
-    return BrokenTask(f"{len(broken)} task(s) not judged, their reference failing here ({report} covers the "
-                      f"others; run again, the command judges only these): {listed}")
+    where = (f"the search did not start; {report} keeps the baseline's verdicts, and the same command resumes "
+             "once these run" if before_search else f"{report} covers the others; run again, the command judges only these")
+    return BrokenTask(f"{len(broken)} task(s) not judged, their reference failing here ({where}): {listed}")
 
 
 def read_imported(path: str | Path | None) -> dict | None:

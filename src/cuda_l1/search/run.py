@@ -143,7 +143,7 @@ def run_optimize(source: str, out_dir: str | Path, *, endpoints: Sequence[Endpoi
                                                        origin=cand.label, status=v.status, speedup=v.speedup,
                                                        new=True))
             if baseline_counts["broken_tasks"]:  # a search of a task whose reference does not run: bad input
-                raise tasks_not_run_error(baseline_counts["broken_tasks"], ctx.out_dir)
+                raise tasks_not_run_error(baseline_counts["broken_tasks"], ctx.out_dir, before_search=True)
             parse_errors = {}
             for c in before:
                 if c["parse_status"] == PARSE_ERROR:
