@@ -4,7 +4,9 @@
 # Steps (default: all, in this order):
 #   smoke       two verdicts (identical matmul, side-stream hiding) with their logs; the steps after it
 #               are skipped when identical code is not accepted, since nothing else could be judged
-#   gpu-tests   the GPU-marked evaluator tests (builds, the launch share, the oracle's memory, probe trials forked
+#   gpu-builds  the GPU-marked `load_inline` build tests (tests/test_build.py): on a fresh machine every build is
+#               cold, and these took 164 s of an H100 call (2026-12-08), so they have a step of their own
+#   gpu-tests   the other GPU-marked evaluator tests (the launch share, the oracle's memory, probe trials forked
 #               from the fork server, the GPU corpus, faults, identical code), all but the CPU corpus's cases
 #   gpu-tests-cpu-corpus  the GPU-marked tests of the CPU corpus's cases run on the GPU (test_cpu_corpus_on_gpu);
 #               together the two took more than 470 s on an H100, so each has a step (and a call) of its own
@@ -61,7 +63,7 @@ script_start=$(date +%s)
 out="${1:?usage: gpu_validation.sh OUT [STEP ...]}"
 shift
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-tests gpu-tests-cpu-corpus gpu-corpus sizes identical throughput main-job)
+[ ${#steps[@]} -eq 0 ] && steps=(smoke gpu-builds gpu-tests gpu-tests-cpu-corpus gpu-corpus sizes identical throughput main-job)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 py="${PYTHON:-python3}"
@@ -172,8 +174,10 @@ for s in "${steps[@]}"; do
         tail -c 4000 "$out/smoke.log"
         exit 1
       fi ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_S:-480}" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout 120 -rfEx \
-        --durations 15 -k "not test_cpu_corpus_on_gpu" tests/test_build.py tests/test_launch_share.py \
+    gpu-builds) step gpu-builds "${GPU_BUILDS_S:-300}" "$py" -m pytest -m gpu -v -p no:cacheprovider --timeout 200 -rfEx \
+        --durations 15 tests/test_build.py ;;
+    gpu-tests) step gpu-tests "${GPU_TESTS_S:-480}" "$py" -m pytest -m gpu -v -p no:cacheprovider --timeout 120 -rfEx \
+        --durations 15 -k "not test_cpu_corpus_on_gpu" tests/test_launch_share.py \
         tests/test_oracle_memory.py tests/test_fork_server.py tests/test_adversarial_gpu.py ;;
     gpu-tests-cpu-corpus) step gpu-tests-cpu-corpus "${GPU_CPU_CORPUS_TESTS_S:-480}" "$py" -m pytest -m gpu -q \
         -p no:cacheprovider --timeout 120 -rfEx --durations 15 tests/test_adversarial_gpu.py -k test_cpu_corpus_on_gpu ;;
