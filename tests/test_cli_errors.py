@@ -70,6 +70,39 @@ def assert_one_paragraph(proc: subprocess.CompletedProcess, code: int, *needles:
         assert needle in text, (needle, text)
 
 
+ESCAPES = {  # what a task's code raised that got past the handlers and ended the worker judging it
+    "keyboard_interrupt": "",  # KeyboardInterrupt itself: a worker ignores SIGINT, so it is the task's
+    "interrupt_subclass": "class Stop(KeyboardInterrupt):\n    pass\n",
+    "lying_class": "class Stop(BaseException):\n    @property\n    def __class__(self):\n"
+                   "        return KeyboardInterrupt\n",
+    "str_exits": "class Stop(Exception):\n    def __str__(self):\n        raise SystemExit(3)\n",
+    "tensor_subclass": "class Stop(BaseException):\n    pass\n\n\nclass Odd(torch.Tensor):\n    @classmethod\n"
+                       "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+                       "        if getattr(getattr(func, '__self__', None), '__name__', '') == 'layout':\n"
+                       "            raise Stop()\n"
+                       "        return super().__torch_function__(func, types, args, kwargs or {})\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(ESCAPES))
+def test_what_a_tasks_code_raises_past_every_handler_is_its_failure_not_a_dead_worker(how, tmp_path):
+    """A worker that died of its task's exception blamed its candidate ("the evaluation worker died 2
+    times"), a settled runtime_error, and the task was never named. By exact type, with words read
+    safely, and whatever escapes the task's code whole: the task is not judged (exit 2)."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    stop = "KeyboardInterrupt()" if how == "keyboard_interrupt" else "Stop()"
+    body = ("return [torch.randn(64).as_subclass(Odd)]" if how == "tensor_subclass" else f"raise {stop}")
+    (folder / "1_odd.py").write_text(GOOD_TASK.replace("import torch.nn as nn", "import torch.nn as nn\n\n\n"
+                                                       + ESCAPES[how], 1).replace("return [torch.randn(64)]", body))
+    proc = cli("bench", str(folder), "--device", "cpu", "--strategies", "eager", "--no-calibrate",
+               "--out", str(tmp_path / "run"))
+    assert_one_paragraph(proc, 2, "1_odd.py", "1 task(s) not judged", after_progress=True)
+    assert "worker died" not in proc.stdout + proc.stderr
+    with sqlite3.connect(tmp_path / "run" / "history.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 0  # no candidate blamed
+
+
 @pytest.mark.parametrize("args, needle", [
     (["bogus"], "No such command 'bogus'"),
     (["eval"], "Missing argument 'REFERENCE'"),

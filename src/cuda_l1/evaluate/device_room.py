@@ -18,7 +18,7 @@ import math
 import threading
 from typing import Callable, Iterable
 
-from cuda_l1.evaluate.task_marks import GRACE_S, running_task_code
+from cuda_l1.evaluate.task_marks import GRACE_S, in_worker, running_task_code
 from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S
 
 # What one evaluation of a task holds on the device, in multiples of one call's input and output
@@ -36,12 +36,13 @@ def task_bytes(source: str, timeout_s: float | None = DEFAULT_TASK_TIMEOUT_S) ->
     """Device bytes an evaluation of the task with this source is expected to hold (0 when its
     shapes cannot be found on torch's meta device: such a task is not held back). The task's code
     runs within `timeout_s` (EvalConfig.task_timeout_s)."""
-    from cuda_l1.tasks.runtime import TASK_FAILURES, is_task_failure, meta_footprint
+    from cuda_l1.tasks.runtime import meta_footprint
+    from cuda_l1.tasks.task_failures import TASK_FAILURES, escaped_task_failure, is_task_failure
 
     try:
         footprint = meta_footprint(source, timeout_s)
     except TASK_FAILURES as exc:  # an estimate only: data-dependent shapes, explicit devices, a task's sys.exit()
-        if not is_task_failure(exc):
+        if not is_task_failure(exc) and not escaped_task_failure(exc, in_worker()):
             raise
         return 0
     return INPUT_COPIES * footprint["input_bytes"] + OUTPUT_COPIES * footprint["output_bytes"]

@@ -25,11 +25,12 @@ from cuda_l1.evaluate.remote import RemoteMemory
 from cuda_l1.evaluate.sandbox import ChildFailure, SideProcess
 from cuda_l1.evaluate.side_supply import SideKind, SideSupply
 from cuda_l1.evaluate.sides import Side, load_side, mapped_inputs
-from cuda_l1.evaluate.task_marks import GRACE_S, running_task_code
+from cuda_l1.evaluate.task_marks import GRACE_S, in_worker, running_task_code
 from cuda_l1.evaluate.slots import InputSource, SlotBuffer
 from cuda_l1.tasks import Task
 from cuda_l1.tasks.deadline import task_deadline
-from cuda_l1.tasks.runtime import TASK_FAILURES, is_task_failure, load_task_module, run_reference_once
+from cuda_l1.tasks.runtime import load_task_module, run_reference_once
+from cuda_l1.tasks.task_failures import TASK_FAILURES, describe_exception, escaped_task_failure, is_task_failure
 
 MAX_SLOTS = 256  # input slots per side: the most calls one window can make
 
@@ -114,10 +115,20 @@ def _heap_reserve(config: EvalConfig, output_bytes: int, n_slots: int) -> int:
 
 
 def _device_trouble(exc: BaseException) -> bool:
-    """An error of the device rather than of the task's code: out of its memory, or a CUDA error."""
-    text = str(exc)
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and ("CUDA" in text or "out of memory" in text))
+    """An error of the machine rather than of the task's code: out of the device's memory (or the host's:
+    a candidate's side holds it too), or a CUDA error."""
+    text = describe_exception(exc)
+    return issubclass(type(exc), torch.cuda.OutOfMemoryError) or (
+        issubclass(type(exc), RuntimeError) and any(words in text for words in ("CUDA", "out of memory",
+                                                                                 "not enough memory")))
+
+
+def _escaped(exc: BaseException, origin: str) -> str:
+    """BrokenTask's words for what escaped the task's code whole (tasks.runtime.escaped_task_failure), or
+    re-raise it where it is not the task's."""
+    if not escaped_task_failure(exc, in_worker()):
+        raise exc
+    return f"{origin}: the task's code raised {describe_exception(exc)}"
 
 
 def _input_source(module, device: str, origin: str) -> InputSource:
@@ -129,7 +140,7 @@ def _input_source(module, device: str, origin: str) -> InputSource:
     except TASK_FAILURES as exc:
         if not is_task_failure(exc):
             raise
-        message = f"get_inputs() raised on a later call: {type(exc).__name__}: {exc}"[:2000]
+        message = f"get_inputs() raised on a later call: {describe_exception(exc)}"
         raise TaskError(message, path=origin) from None
 
 
@@ -176,6 +187,8 @@ class TaskEnv:
                         self.source = _input_source(module, self.device, origin)
             except TaskError as exc:
                 broken = str(exc)
+            except BaseException as exc:  # noqa: BLE001 - a worker that died of it blamed its candidate
+                broken = _escaped(exc, origin)
             if self.device.startswith("cuda"):
                 # Its model, inputs and outputs are gone, a failed run's too: their memory goes back
                 # (a worker keeping a failed run's peak cached would crowd the sides it starts next).
@@ -335,11 +348,11 @@ class TaskEnv:
                 raise BrokenTask(str(exc)) from None
             except TASK_FAILURES as exc:
                 if not is_task_failure(exc):
-                    raise
+                    raise BrokenTask(_escaped(exc, origin), path=origin) from None
                 if _device_trouble(exc):
                     raise
-                raise BrokenTask(f"get_inputs() raised for a round after its first: {type(exc).__name__}: "
-                                 f"{exc}"[:2000], path=origin) from None
+                raise BrokenTask(f"get_inputs() raised for a round after its first: {describe_exception(exc)}",
+                                 path=origin) from None
             self.sync()
         return inputs
 

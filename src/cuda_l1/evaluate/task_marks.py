@@ -84,6 +84,11 @@ def install(marks: PreparingMarks | None) -> None:
     _installed = marks
 
 
+def in_worker() -> bool:
+    """Whether this process is a pool worker (its marks installed)."""
+    return _installed is not None
+
+
 def running_task_code(task_id: str, limit_s: float | None = None):
     """Around the task's own code in a trusted process (its import, its reference's first run, its
     shapes on the meta device, its inputs): marked where a pool worker installed marks, else nothing.

@@ -43,7 +43,7 @@ class _Expired(BaseException):
 
 def is_deadline_stop(exc: BaseException) -> bool:
     """Whether `exc` is a deadline's stop on its way to its `task_deadline` (never the task's failure)."""
-    return isinstance(exc, _Expired)
+    return type(exc) is _Expired  # (exact: a subclass is the task's own, as is_task_failure reads it)
 
 
 class _Deadline:

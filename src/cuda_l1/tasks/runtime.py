@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuda_l1.errors import TaskError
-from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, is_deadline_stop, task_deadline
+from cuda_l1.tasks.deadline import DEFAULT_TASK_TIMEOUT_S, task_deadline
 from cuda_l1.tasks.determinism import first_difference, input_digest, output_sample
 from cuda_l1.tasks.task import Task
+from cuda_l1.tasks.task_failures import TASK_FAILURES, describe_exception, is_task_failure
 
 
 # The file names candidate and reference code run under: tracebacks and error details name them.
@@ -35,19 +36,6 @@ def load_module(source: str, module_name: str, filename: str) -> types.ModuleTyp
     sys.modules[module_name] = module  # dataclasses, pickling and torch.compile look modules up here
     exec(code, module.__dict__)
     return module
-
-
-# What the task's own code may raise that is its failure, not the run's: anything (SystemExit: sys.exit() at
-# import or in get_inputs ended `cuda-l1 eval` with no output and status 0; a class of its own derived from
-# BaseException ended a worker, whose candidate was then blamed for its deaths), but for what is not the
-# task's: Ctrl-C, and the stop of its own deadline (tasks/deadline.py), which its caller turns into words.
-# Caught as `except TASK_FAILURES as exc:` followed by `if not is_task_failure(exc): raise`.
-TASK_FAILURES = BaseException
-
-
-def is_task_failure(exc: BaseException) -> bool:
-    """Whether an exception caught around the task's own code is the task's failure (see TASK_FAILURES)."""
-    return not isinstance(exc, KeyboardInterrupt) and not is_deadline_stop(exc)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -159,7 +147,7 @@ def _call(module: types.ModuleType, name: str, origin: str):
 def _where(exc: BaseException, filename: str) -> str:
     """'ValueError: boom (line 12: raise ValueError("boom"))': the error and the task's own line."""
     own = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
-    text = f"{type(exc).__name__}: {exc}"
+    text = describe_exception(exc)
     if own:
         text += f" (line {own[-1].lineno}: {(own[-1].line or '').strip()})"
     return text
@@ -348,7 +336,7 @@ def describe_task(task: Task, on_meta: bool = False, timeout_s: float | None = D
         except TASK_FAILURES as exc:
             if not is_task_failure(exc):
                 raise
-            raise TaskError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}", path=origin) from None
+            raise TaskError(f"Model(*get_init_inputs()) raised {describe_exception(exc)}", path=origin) from None
 
     def describe(value):
         if isinstance(value, torch.Tensor):
