@@ -206,6 +206,25 @@ def test_bench_with_a_broken_task_prints_its_results_then_exits_2(kb_dir, tmp_pa
     assert "Not judged" in (out / "report.html").read_text()
 
 
+def test_a_task_judged_when_its_run_resumes_is_no_longer_listed_as_not_run(kb_dir, tmp_path):
+    """A resumed run keeps its run id: what it noted of a task whose reference failed (a file it reads
+    was missing) must go once the task is judged, or a report rebuilt from the store dropped its verdict."""
+    needed = tmp_path / "needed.txt"
+    (kb_dir / "level1" / "3_Flaky.py").write_text(REF.replace(
+        "def get_inputs():", f"def get_inputs():\n    open({str(needed)!r}).read()\n    return _inputs()\n\n\ndef _inputs():"))
+    out = tmp_path / "run"
+    args = ("bench", str(kb_dir), "--strategies", "eager", "--device", "cpu", "--quick", "--no-calibrate",
+            "--out", str(out))
+    assert cli(*args).returncode == 2
+    needed.write_text("1")
+    resumed = cli(*args)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "tasks_not_run" not in json.loads((out / "summary.json").read_text())
+    assert cli("report", str(out)).returncode == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert "tasks_not_run" not in summary and summary["overall"]["n_tasks"] == 3
+
+
 def test_a_task_broken_on_a_later_run_shows_no_older_verdict_of_it(tmp_path):
     """Audited once, then again with --rejudge ok after its reference stopped running here: the record
     is task_broken, not the first run's `holds`, and neither summary.json nor the report counts that

@@ -76,6 +76,23 @@ def test_tasks_a_run_could_not_judge_are_kept_per_run(store):
     assert store.tasks_not_run(second) == {TASK_B.id: {"task": "L1/Plus", "why": "get_inputs raised"}}
 
 
+def test_judged_results_leave_out_what_each_run_could_not_judge(store):
+    """Each run's own list applies to its own rows; a task some run could not judge is listed only while
+    no run has a result of it."""
+    audit, bench = store.start_run("audit"), store.start_run("bench")
+    a_id, _ = store.add_candidate(TASK_A.id, code(2), {"kind": "import"}, audit)
+    store.record_verdict(a_id, ok(1.5), audit, device="cpu", config_key="k", task_id=TASK_A.id)
+    store.note_task_not_run(audit, TASK_A.id, "ref broke")  # its verdict above is from before: left out
+    rows, not_run = store.judged_results()
+    assert rows == [] and list(not_run) == [TASK_A.id]
+    b_id, _ = store.add_candidate(TASK_A.id, code(3), {"kind": "import"}, bench)
+    store.record_verdict(b_id, ok(1.2), bench, device="cpu", config_key="k", task_id=TASK_A.id)
+    rows, not_run = store.judged_results()
+    assert [r["candidate_id"] for r in rows] == [b_id] and not_run == {}
+    store.clear_tasks_not_run(audit, [TASK_A.id])
+    assert store.tasks_not_run(audit) == {} and len(store.judged_results()[0]) == 2
+
+
 def test_newer_schema_is_a_user_error(tmp_path):
     path = tmp_path / "h.db"
     Store(path).close()

@@ -184,6 +184,8 @@ def evaluate_candidates(ctx: RunContext, candidates: list[Candidate], config: Ev
         elif known is not None and known.settled:
             continue
         todo.append((cand, cid))  # new, reopened, or one the evaluation itself failed (judged again)
+    # A resumed run (the same run id) judges its tasks again: what it noted of them before no longer stands.
+    store.clear_tasks_not_run(ctx.run_id, [cand.task.id for cand in candidates])
     broken: dict[str, dict] = {}  # task id -> {"task": its key, "why": a BrokenTask's words}
     counts = {"total": len(candidates), "skipped": len(candidates) - len(todo) - taken, "evaluated": 0, "reused": 0,
               "rejudged": reopened, "imported": taken, "broken_tasks": broken}

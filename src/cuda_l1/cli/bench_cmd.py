@@ -192,17 +192,16 @@ def report_command(
     for d in run_dirs:
         if not (d / STORE_NAME).is_file():
             raise UserError(f"not a run directory (no {STORE_NAME}).", path=str(d))
-    rows = []
+    rows, not_run = [], []
     for d in run_dirs:
         with Store(d / STORE_NAME) as store:
-            runs = store.runs()
-            if not runs:
+            if not store.runs():
                 raise UserError("the store holds no run.", path=str(d))
-            rows.append([r for run in runs for r in store.run_results(run.id)])
+            judged, not_judged = store.judged_results()
+        rows.append(judged)
+        not_run.append(not_judged)
     if other is None:
-        with Store(run_dir / STORE_NAME) as store:
-            not_run = store.tasks_not_run(store.runs()[-1].id)  # as the latest run's own report said
-        paths = write_run_report(run_dir, rows[0], f"cuda-l1 report: {run_dir}", tasks_not_run=not_run)
+        paths = write_run_report(run_dir, rows[0], f"cuda-l1 report: {run_dir}", tasks_not_run=not_run[0])
         with Store(run_dir / STORE_NAME) as store:
             count = write_verdicts(store, run_dir / VERDICTS_NAME)
         console.print(f"report: {paths['report']}", markup=False)

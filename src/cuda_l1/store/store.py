@@ -112,6 +112,12 @@ class Store(VerdictQueries):
             conn.execute("INSERT INTO tasks_not_run (run_id, task_id, why, noted_at) VALUES (?, ?, ?, ?)"
                          " ON CONFLICT (run_id, task_id) DO NOTHING", (run_id, task_id, why, time.time()))
 
+    def clear_tasks_not_run(self, run_id: int, task_ids) -> None:
+        """Forget what `run_id` noted of these tasks: a resumed run judges them again (and notes them anew)."""
+        with self._write() as conn:
+            conn.executemany("DELETE FROM tasks_not_run WHERE run_id = ? AND task_id = ?",
+                             [(run_id, task_id) for task_id in set(task_ids)])
+
     def tasks_not_run(self, run_id: int) -> dict[str, dict]:
         """task id -> {"task": its key, "why": ...} for the tasks `run_id` could not judge."""
         rows = self._read("SELECT n.task_id, n.why, t.name, t.level FROM tasks_not_run n JOIN tasks t ON t.id = n.task_id"

@@ -28,6 +28,8 @@ class VerdictQueries:
     """Read-only queries over candidates and their verdicts; mixed into `Store`."""
 
     _read: Callable[..., list[sqlite3.Row]]  # supplied by Store: (sql, params) run under its lock
+    runs: Callable[..., list]  # supplied by Store
+    tasks_not_run: Callable[[int], dict[str, dict]]  # supplied by Store
 
     def _task_of(self, candidate_id: str, task_id: str | None) -> str | None:
         """The task of a candidate id (ids are per task: the same code may serve two tasks)."""
@@ -144,6 +146,18 @@ class VerdictQueries:
         verdict as a dict (what `verdict_file` writes)."""
         rows = self._read("SELECT task_id, candidate_id, device, config_key, verdict FROM verdicts ORDER BY id")
         return [{**dict(r), "verdict": row_json(r["verdict"], {})} for r in rows]
+
+    def judged_results(self) -> tuple[list[dict], dict[str, dict]]:
+        """Every run's results (run_results) but those of a task the run itself could not judge (an older
+        verdict of it, reopened or resumed, which that run's report left out), and the tasks some run
+        could not judge and none has a result of: task id -> {"task", "why"} (Store.tasks_not_run)."""
+        rows, not_run = [], {}
+        for run in self.runs():
+            skipped = self.tasks_not_run(run.id)
+            rows += [r for r in self.run_results(run.id) if r["task_id"] not in skipped]
+            not_run.update(skipped)
+        judged = {r["task_id"] for r in rows}
+        return rows, {task_id: t for task_id, t in not_run.items() if task_id not in judged}
 
     def run_results(self, run_id: int) -> list[dict]:
         """One row per verdict recorded in a run, with its task and candidate, in recording order.
