@@ -220,8 +220,7 @@ class Evaluators:
     def close(self) -> None:
         with self._changed:
             held, self._held = [v for v in self._held.values() if v is not _PREPARING], collections.OrderedDict()
-        for evaluator in held:
-            evaluator.close()
+        self._close(held)  # each closed though one fails (their reference sides must all exit)
 
 
 _PREPARING = object()  # Evaluators: a task whose evaluator a thread is preparing now
