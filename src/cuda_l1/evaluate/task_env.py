@@ -124,7 +124,7 @@ def _device_trouble(exc: BaseException) -> bool:
 
 
 def _escaped(exc: BaseException, origin: str) -> str:
-    """BrokenTask's words for what escaped the task's code whole (tasks.runtime.escaped_task_failure), or
+    """BrokenTask's words for what escaped the task's code whole (tasks.task_failures.escaped_task_failure), or
     re-raise it where it is not the task's."""
     if not escaped_task_failure(exc, in_worker()):
         raise exc

@@ -120,9 +120,9 @@ class Store(VerdictQueries):
 
     def tasks_not_run(self, run_id: int) -> dict[str, dict]:
         """task id -> {"task": its key, "why": ...} for the tasks `run_id` could not judge."""
-        rows = self._read("SELECT n.task_id, n.why, t.name, t.level FROM tasks_not_run n JOIN tasks t ON t.id = n.task_id"
+        rows = self._read("SELECT n.why, t.* FROM tasks_not_run n JOIN tasks t ON t.id = n.task_id"
                           " WHERE n.run_id = ? ORDER BY n.noted_at", (run_id,))
-        return {r["task_id"]: {"task": f"L{r['level']}/{r['name']}", "why": r["why"]} for r in rows}
+        return {r["id"]: {"task": _task(r).key, "why": r["why"]} for r in rows}
 
     def add_task(self, task: Task) -> str:
         """Record a task (idempotent: a task is its source hash) and return its id."""
